@@ -1,0 +1,224 @@
+// The backend op interface: every piece of arithmetic a model forward needs, on backend-owned tensors.
+//
+// Models are written once against this interface (DESIGN.md "Backend"). The CPU backend (backend/cpu)
+// computes in f32 with weights decoded at load; a CUDA backend implements the same calls on device memory
+// later.
+//
+// Conventions (all ops):
+//  * Activations are row-major F32 tensors whose first dimension is the token (a batch of T tokens of ONE
+//    sequence per call). "Rows" = every dimension but the last, "cols" = the last dimension.
+//  * `out` tensors are allocated by the caller (Backend::alloc) with the documented shape; an op may be
+//  called
+//    in place (out aliasing an input) only where it says so.
+//  * Token ids and positions are small host arrays (std::span); a device backend copies them itself.
+//  * Weights are `Weight` handles created by load_weight: the backend decides how a stored format is kept
+//    (CPU: decoded f32; CUDA: stored bytes + kernels). A model never sees the format.
+//  * Per-sequence state (KV caches, conv and recurrent states, indexer keys) is a set of Tensors allocated
+//    through alloc() by the model's state factory; the runtime owns the state objects.
+//  * Shape mismatches are programming errors and are refused with E_BACKEND_SHAPE naming the op.
+//
+// Family-specific ops (QSA indexer, PLE, hyper-connections, KDA, MLA/DSA, mHC) are declared in
+// backend/family_ops.h, which `Backend` inherits; they are owned and implemented by the qwen4_exp / glm5_next
+// work (files backend/cpu/{qsa,ple,hyper_connections,kda,mla_dsa,mhc}*.cc).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "backend/family_ops.h"
+#include "backend/tensor.h"
+#include "core/error.h"
+
+namespace bloomery {
+
+class TensorSource;
+struct WeightRecord;
+class Weight;
+
+// Elementwise activation functions used by the families.
+enum class Act : uint8_t { None, Silu, Sigmoid, Softplus, Relu };
+
+// RMSNorm variants of models.md §1.1 (the gated one is its own op).
+enum class NormKind : uint8_t {
+  Plain,       // y = w · rms(x)
+  OnePlus,     // y = (1 + w) · rms(x)          (zero-centred, Qwen)
+  Unweighted,  // y = rms(x)                    (GLM mHC input); w must be null
+};
+
+// Rotary embedding configuration (models.md §1.4).
+struct RopeSpec {
+  int rot_dim = 0;         // rotated dims per head (head_dim · partial_rotary_factor); the rest pass through
+  double theta = 10000.0;  // base
+  bool interleaved = false;  // false: NeoX "rotate half" (Qwen); true: GPT-J adjacent pairs
+  // M-RoPE: sections of rot_dim/2 frequencies taken from position rows 0,1,2 (empty = plain 1-D RoPE). For
+  // text all rows are equal and M-RoPE reduces exactly to plain RoPE, so callers pass one position row.
+  std::vector<int> mrope_section;
+  bool mrope_interleaved = false;
+};
+
+// Softmax top-k router (Qwen families, models.md §1.3). GLM's sigmoid router is a family op.
+struct RouterSpec {
+  int top_k = 1;
+  bool renormalize = true;  // norm_topk_prob
+};
+
+// One routed (or shared) expert: SwiGLU y = W_down (act(W_gate x) ⊙ (W_up x)).
+struct ExpertWeights {
+  const Weight* gate = nullptr;
+  const Weight* up = nullptr;
+  const Weight* down = nullptr;
+};
+
+// A weight as the backend keeps it. Created only by Backend::load_weight / upload_weight; read by ops.
+class Weight {
+ public:
+  Weight() = default;
+  const std::string& name() const { return name_; }
+  const std::vector<int64_t>& shape() const { return shape_; }  // logical (decoded) shape
+  int64_t rows() const { return shape_.empty() ? 1 : shape_[0]; }
+  int64_t cols() const {
+    int64_t c = 1;
+    for (size_t i = 1; i < shape_.size(); ++i) c *= shape_[i];
+    return c;
+  }
+  int64_t numel() const { return rows() * cols(); }
+  bool defined() const { return !shape_.empty(); }
+  // The dense f32 tensor when the backend keeps one (CPU); undefined for a row-streamed weight.
+  const Tensor& dense() const { return dense_; }
+  // True when rows are read from the checkpoint on demand (the PLE table): only gather_rows may use it.
+  bool streamed() const { return streamed_; }
+  // Backend-private data (a streamed weight's reader, a device weight's stored-format buffers).
+  const std::shared_ptr<void>& impl() const { return impl_; }
+
+ private:
+  friend class Backend;
+  std::string name_;
+  std::vector<int64_t> shape_;
+  Tensor dense_;
+  bool streamed_ = false;
+  std::shared_ptr<void> impl_;
+};
+
+class Backend : public virtual FamilyOps {
+ public:
+  ~Backend() override = default;
+  virtual std::string_view name() const = 0;
+  // Worker threads the backend uses (CPU); 1 for device backends.
+  virtual int threads() const = 0;
+
+  // ---- memory --------------------------------------------------------------------------------------------
+  // A zero-filled tensor of the given shape.
+  virtual Tensor alloc(std::vector<int64_t> shape, ElemType type = ElemType::F32) = 0;
+  virtual Tensor upload(std::span<const float> data, std::vector<int64_t> shape) = 0;
+  virtual std::vector<float> download(const Tensor& t) = 0;
+  virtual void copy(Tensor& dst, const Tensor& src) = 0;  // same numel, any shapes
+  virtual void fill(Tensor& t, float value) = 0;
+
+  // ---- weights -------------------------------------------------------------------------------------------
+  // Loads one logical weight of a checkpoint (validated by the format layer); `shape` is the logical shape
+  // the model declared (it must have the record's numel). Throws the format's E_ errors.
+  virtual Weight load_weight(const TensorSource& source, const WeightRecord& record,
+                             std::vector<int64_t> shape, Warnings& warnings) = 0;
+  // A weight whose rows are read from the checkpoint on demand (PLE n-gram table): never decoded whole.
+  virtual Weight stream_weight(const TensorSource& source, const WeightRecord& record,
+                               Warnings& warnings) = 0;
+  // A weight from host f32 data (tests, derived weights such as a concatenated conv kernel).
+  virtual Weight upload_weight(std::string name, std::span<const float> data, std::vector<int64_t> shape) = 0;
+
+  // ---- linear algebra ------------------------------------------------------------------------------------
+  // out[T, N] = x[T, K] · W[N, K]ᵀ.  W may have more than 2 dims (its rows are shape[0], cols the rest).
+  virtual void matmul(Tensor& out, const Tensor& x, const Weight& w) = 0;
+  // out[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ (a block of a weight's rows, e.g. one head group).
+  virtual void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) = 0;
+  // out[T, D] = table[ids[t], :] (embedding gather; works for dense and streamed weights).
+  virtual void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) = 0;
+
+  // ---- norms ---------------------------------------------------------------------------------------------
+  // x viewed as [R, C] with C = x.cols(); every run of `group` channels (0 = C) is normalised on its own with
+  // rms over the group. w (null for Unweighted) has `group` elements (shared by all groups, e.g. q_norm per
+  // head) or C elements (each group its own slice, models.md "grouped RMSNorm1p"). In place allowed.
+  virtual void rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
+                        int64_t group = 0) = 0;
+  // Gated RMSNorm over groups of w.numel() channels: y = w · rms(x) · act(z). In place allowed (out = x).
+  virtual void rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, const Weight& w, float eps,
+                              Act act) = 0;
+  // LayerNorm over the last dim with weight and bias (GLM indexer key norm). In place allowed.
+  virtual void layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) = 0;
+
+  // ---- elementwise (all allow in place) ------------------------------------------------------------------
+  virtual void add(Tensor& out, const Tensor& a, const Tensor& b) = 0;                  // a + b
+  virtual void add_scaled(Tensor& out, const Tensor& a, const Tensor& b, float s) = 0;  // a + s·b
+  virtual void mul(Tensor& out, const Tensor& a, const Tensor& b) = 0;                  // a ⊙ b
+  virtual void scale(Tensor& out, const Tensor& x, float s) = 0;                        // s·x
+  virtual void activate(Tensor& out, const Tensor& x, Act act) = 0;                     // act(x)
+  // out = x ⊙ σ(gate)  (attention output gate)
+  virtual void sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) = 0;
+  // out[r, :] = x[r, :] · s[r]  (s has x.rows() elements; per-token scalar gates)
+  virtual void scale_rows(Tensor& out, const Tensor& x, const Tensor& s) = 0;
+  // out = act(min(gate, limit)) ⊙ clamp(up, −limit, limit); limit ≤ 0 means no clamp (SwiGLU core).
+  virtual void swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit = 0.0f) = 0;
+  // out[R, n] = x[R, c0 : c0+n]   (column slice copy; x viewed as [R, C])
+  virtual void take_cols(Tensor& out, const Tensor& x, int64_t c0) = 0;
+  // dst[R, c0 : c0+n] = src[R, n]  (column slice write; concatenation along the last dim)
+  virtual void put_cols(Tensor& dst, const Tensor& src, int64_t c0) = 0;
+
+  // ---- positional ----------------------------------------------------------------------------------------
+  // In place on x[T, H, hd] (first rope.rot_dim dims of every head); pos has T entries (token positions).
+  virtual void rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) = 0;
+
+  // ---- attention -----------------------------------------------------------------------------------------
+  // Softmax attention with GQA: q[T, Hq, d], keys k[S, Hkv, d], values v[S, Hkv, dv] (S = cached length
+  // including this call's tokens), out[T, Hq, dv]. Query t sits at key index q0 + t and sees keys j ≤ q0 + t
+  // (causal). `allowed` (optional, [T, S], 1 = may attend, 0 = masked) narrows the causal set (sparse
+  // selection). Query head h uses KV head h / (Hq / Hkv). Softmax in f32; a row with no key gives zeros.
+  virtual void attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
+                         float scale, const Tensor* allowed = nullptr) = 0;
+
+  // ---- mixture of experts --------------------------------------------------------------------------------
+  // p = softmax(logits[T, E]); top-k per row (ties: lower index first); optional renormalisation.
+  // ids[T, k] (I32) and weights[T, k] (F32) are outputs.
+  virtual void route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& logits,
+                                  const RouterSpec& r) = 0;
+  // out[T, D] = Σ_j weights[t, j] · Expert_{ids[t, j]}(x[t]) with SwiGLU experts (swiglu limit as in
+  // swiglu()). Overwrites out.
+  virtual void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                           std::span<const ExpertWeights> experts, float swiglu_limit = 0.0f) = 0;
+
+  // ---- linear attention ----------------------------------------------------------------------------------
+  // Causal depthwise conv over time (models.md §1.5): x[T, C], w [C, 1, K] or [C, K], state[C, (K−1)·dil]
+  // holds the previous inputs (oldest first) and is updated. out[T, C] = act(conv). Not in place.
+  virtual void causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
+                             Act act) = 0;
+  // Gated delta rule (models.md §1.6, GDN: one decay per value head). q, k [T, Hk, dk]; v [T, Hv, dv];
+  // g [T, Hv] (log decay, ≤ 0); beta [T, Hv]; state [Hv, dk, dv] f32, updated. out[T, Hv, dv].
+  // Value head j uses key head j / (Hv / Hk). l2norm_qk: q and k are L2-normalised (eps 1e-6) first; q is
+  // always scaled by dk^−0.5. chunked: the chunk-64 prompt form (same result up to rounding) instead of the
+  // step form.
+  virtual void gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                const Tensor& g, const Tensor& beta, Tensor& state, bool l2norm_qk,
+                                bool chunked) = 0;
+
+ protected:
+  // For implementations: builds a Weight around their own data.
+  static Weight make_weight(std::string name, std::vector<int64_t> shape, Tensor dense, bool streamed = false,
+                            std::shared_ptr<void> impl = nullptr) {
+    Weight w;
+    w.name_ = std::move(name);
+    w.shape_ = std::move(shape);
+    w.dense_ = std::move(dense);
+    w.streamed_ = streamed;
+    w.impl_ = std::move(impl);
+    return w;
+  }
+};
+
+// Refuses a shape mismatch inside an op (E_BACKEND_SHAPE).
+[[noreturn]] inline void backend_shape_error(std::string_view op, std::string expected, std::string found) {
+  raise("E_BACKEND_SHAPE", Where{"", "", std::string(op)}, std::move(expected), std::move(found));
+}
+
+}  // namespace bloomery

@@ -1,0 +1,93 @@
+// Tensor: a contiguous row-major view into backend-owned storage (host memory on CPU, device memory on CUDA).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace bloomery {
+
+enum class ElemType : uint8_t { F32, I32 };
+
+inline size_t elem_size(ElemType t) {
+  return 4;
+}
+
+// A block of backend memory. `data` is a host pointer for the CPU backend and a device pointer for CUDA; the
+// deleter (set by the backend that allocated it) frees it.
+struct Storage {
+  void* data = nullptr;
+  size_t bytes = 0;
+  std::shared_ptr<void> owner;  // keeps the allocation alive
+};
+
+class Tensor {
+ public:
+  Tensor() = default;
+  Tensor(std::shared_ptr<Storage> storage, ElemType type, std::vector<int64_t> shape, size_t offset = 0)
+      : storage_(std::move(storage)), type_(type), shape_(std::move(shape)), offset_(offset) {}
+
+  bool defined() const { return storage_ != nullptr; }
+  ElemType type() const { return type_; }
+  const std::vector<int64_t>& shape() const { return shape_; }
+  int ndim() const { return static_cast<int>(shape_.size()); }
+  int64_t dim(int i) const { return shape_[i < 0 ? i + ndim() : i]; }
+  int64_t numel() const {
+    int64_t n = 1;
+    for (int64_t d : shape_) n *= d;
+    return n;
+  }
+  // Everything but the last dimension, and the last dimension.
+  int64_t rows() const { return shape_.empty() ? 1 : numel() / shape_.back(); }
+  int64_t cols() const { return shape_.empty() ? 1 : shape_.back(); }
+  size_t offset() const { return offset_; }  // in elements
+  const std::shared_ptr<Storage>& storage() const { return storage_; }
+
+  // The same elements with another shape (numel must match).
+  Tensor view(std::vector<int64_t> shape) const;
+  // Elements [first, first + count) of dimension 0, all other dimensions kept.
+  Tensor slice(int64_t first, int64_t count) const;
+
+  // Raw element pointers, meaningful only on the backend that owns the storage (host pointers on CPU).
+  float* f32() const { return static_cast<float*>(storage_->data) + offset_; }
+  int32_t* i32() const { return static_cast<int32_t*>(storage_->data) + offset_; }
+
+  std::string shape_str() const;
+
+ private:
+  std::shared_ptr<Storage> storage_;
+  ElemType type_ = ElemType::F32;
+  std::vector<int64_t> shape_;
+  size_t offset_ = 0;
+};
+
+inline std::string shape_string(const std::vector<int64_t>& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+inline std::string Tensor::shape_str() const {
+  return shape_string(shape_);
+}
+
+inline Tensor Tensor::view(std::vector<int64_t> shape) const {
+  Tensor t = *this;
+  t.shape_ = std::move(shape);
+  if (t.numel() != numel()) throw std::logic_error("Tensor::view " + shape_str() + " -> " + t.shape_str());
+  return t;
+}
+
+inline Tensor Tensor::slice(int64_t first, int64_t count) const {
+  if (shape_.empty() || first < 0 || count < 0 || first + count > shape_[0])
+    throw std::logic_error("Tensor::slice out of range on " + shape_str());
+  Tensor t = *this;
+  t.shape_[0] = count;
+  t.offset_ = offset_ + static_cast<size_t>(first) * (shape_[0] ? numel() / shape_[0] : 0);
+  return t;
+}
+
+}  // namespace bloomery

@@ -1,0 +1,110 @@
+// The model-spec interface: a family declares its tensors from config.json, allocates per-sequence state and
+// runs its forward (and its MTP/NextN draft layer) over backend ops. One implementation per family
+// (models/qwen3_next.cc, models/qwen4_exp.cc, models/glm5_next.cc); created by name in model_registry.cc.
+//
+// Life of a model: registry → Model(config) → declare() → the loader checks every declared tensor against the
+// checkpoint (missing / wrong shape refused before any compute) and loads them through the backend → bind() →
+// new_state() per sequence → forward() per batch of tokens of one sequence.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+
+namespace bloomery {
+
+// What the registry hands a family: the text model's config and the checkpoint naming.
+struct ModelConfig {
+  std::string model_type;  // e.g. "qwen3_next" (the outer type when a text_config wrapper exists)
+  nlohmann::json text;     // the text model's fields: config["text_config"] when present, else config
+  nlohmann::json root;     // the whole config.json
+  // Prefix of the text tower's tensors: "model." (text-only) or "model.language_model." (multimodal wrapper).
+  // Top-level tensors (lm_head.weight, mtp.*) carry no prefix.
+  std::string prefix = "model.";
+};
+
+// One tensor a family needs. Shapes are logical (dequantised) shapes derived from config.json.
+struct TensorDecl {
+  std::string name;            // full checkpoint name, prefix included ("model.layers.0.linear_attn.A_log")
+  std::vector<int64_t> shape;  // expected shape; empty = take the stored one
+  bool optional = false;       // absent is fine (e.g. a draft layer the checkpoint does not ship)
+  bool streamed = false;       // rows are read on demand (PLE n-gram table), never decoded whole
+};
+
+// The weights the loader created, by full checkpoint name. Outlives the Model that binds to it.
+class WeightSet {
+ public:
+  // Throws E_MODEL_TENSOR_MISSING naming the tensor.
+  const Weight& get(const std::string& name) const;
+  const Weight* find(const std::string& name) const;
+  void put(std::string name, Weight w) { map_[std::move(name)] = std::move(w); }
+  size_t size() const { return map_.size(); }
+
+ private:
+  std::map<std::string, Weight, std::less<>> map_;
+};
+
+struct ModelInfo {
+  std::string family;  // "qwen3_next"
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;        // D
+  int64_t draft_hidden_size = 0;  // width of the hidden handed to the draft layer (D, or n·D for qwen4_exp)
+  std::vector<int32_t> eos_ids;   // config eos_token_id (int or list)
+  bool has_draft = false;         // an MTP/NextN layer was declared and found
+  int64_t max_positions = 0;      // max_position_embeddings (0 = unknown)
+};
+
+// Per-sequence state. Each family derives its own (KV caches, conv / recurrent states, indexer keys, n-gram
+// context) with tensors allocated through the backend; the runtime owns these objects and never looks inside.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  int64_t pos = 0;               // tokens already consumed (the next token's position)
+  int64_t capacity = 0;          // the most tokens this state can hold (KV cache length)
+  int64_t draft_pos = 0;         // tokens the draft layer has cached
+  std::vector<int32_t> history;  // every token id consumed, in order
+};
+
+struct ForwardResult {
+  Tensor logits;  // [T, V] (all positions) or [1, V] (last position only)
+  Tensor hidden;  // [T, draft_hidden_size]: the hidden state each position hands to the draft layer
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  virtual const ModelInfo& info() const = 0;
+
+  // Every tensor this model reads, from the config alone.
+  virtual std::vector<TensorDecl> declare() const = 0;
+  // Takes the loaded weights (pointers into `weights` stay valid for the model's life). Optional tensors that
+  // were absent are simply not in the set.
+  virtual void bind(Backend& backend, const WeightSet& weights) = 0;
+
+  // A fresh sequence able to hold `capacity` tokens.
+  virtual std::unique_ptr<SequenceState> new_state(Backend& backend, int64_t capacity) const = 0;
+
+  // Consumes ids (a prompt chunk or one decode token) at positions state.pos … state.pos + T − 1 and advances
+  // the state. all_logits: logits for every position, else only the last. Throws E_CONTEXT_FULL past
+  // capacity.
+  virtual ForwardResult forward(Backend& backend, SequenceState& state, std::span<const int32_t> ids,
+                                bool all_logits) = 0;
+
+  // Draft layer (MTP / NextN): hidden[T, draft_hidden_size] are the target's hiddens at positions
+  // p … p+T−1 (p = state.draft_pos) and next_ids the tokens at p+1 … p+T. Runs the draft layer at positions
+  // p+1 … p+T with its own cache (advancing draft_pos) and returns its logits (all rows) and its output
+  // hidden (fed back for further draft steps). Default: no draft layer.
+  virtual ForwardResult draft(Backend& backend, SequenceState& state, const Tensor& hidden,
+                              std::span<const int32_t> next_ids) {
+    raise("E_MODEL_NO_DRAFT", Where{"", "", "draft"}, "a model with an MTP/NextN layer", info().family);
+  }
+};
+
+}  // namespace bloomery
