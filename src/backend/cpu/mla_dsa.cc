@@ -1,0 +1,210 @@
+// glm5_next MLA + DSA indexer; follows transformers' Glm5NextTextIndexer / Glm5NextTextAttention per query.
+#include "backend/cpu/mla_dsa.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/qsa.h"
+
+namespace bloomery::cpu {
+
+void layernorm(const float* x, const float* w, const float* b, int d, float eps, float* y) {
+  double mean = 0;
+  for (int i = 0; i < d; ++i) mean += x[i];
+  mean /= d;
+  double var = 0;
+  for (int i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
+  var /= d;
+  const float inv = 1.0f / std::sqrt(static_cast<float>(var) + eps);
+  for (int i = 0; i < d; ++i) y[i] = (x[i] - static_cast<float>(mean)) * inv * w[i] + b[i];
+}
+
+void dsa_indexer_append(const DsaIndexerConfig& c, DsaIndexerState& st, const float* k, const float* gs) {
+  const int d = c.head_dim, P = c.pool;
+  st.k.insert(st.k.end(), k, k + d);
+  st.gs.insert(st.gs.end(), gs, gs + d);
+  ++st.tokens;
+  if (st.tokens % P != 0) return;
+  const int64_t first = st.tokens - P;
+  // Per channel, a softmax over the pool's members of (gs + ape) weights their keys.
+  for (int j = 0; j < d; ++j) {
+    float mx = -INFINITY;
+    for (int m = 0; m < P; ++m) mx = std::max(mx, st.gs[(first + m) * d + j] + c.ape[m * d + j]);
+    float sum = 0, acc = 0;
+    std::vector<float> e(P);
+    for (int m = 0; m < P; ++m) sum += (e[m] = std::exp(st.gs[(first + m) * d + j] + c.ape[m * d + j] - mx));
+    for (int m = 0; m < P; ++m) acc += (e[m] / sum) * st.k[(first + m) * d + j];
+    st.pools.push_back(acc);
+  }
+}
+
+void dsa_indexer_select(const DsaIndexerConfig& c, const DsaIndexerState& st, const float* qi,
+                        const float* wts, int64_t t, DsaSelection& sel) {
+  const int d = c.head_dim, P = c.pool;
+  const int64_t visible = t + 1;
+  const int64_t np = visible / P;  // pools whose last member is <= t
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  std::vector<float> scores(np);
+  for (int64_t p = 0; p < np; ++p) {
+    const float* kp = &st.pools[p * d];
+    float total = 0;
+    for (int h = 0; h < c.n_heads; ++h) {
+      float dot = 0;
+      for (int j = 0; j < d; ++j) dot += qi[h * d + j] * kp[j];
+      total += wts[h] * std::max(dot * scale, 0.0f);
+    }
+    scores[p] = total;
+  }
+  bool tie = false;
+  const auto top = stable_topk(scores, std::min<int64_t>(c.topk / P, np), &tie);
+  sel.tie = tie;
+  sel.tokens.clear();
+  for (int64_t p : top)
+    for (int m = 0; m < P; ++m) sel.tokens.push_back(p * P + m);
+  for (int64_t x = np * P; x < visible; ++x) sel.tokens.push_back(x);
+}
+
+void mla_attend(const MlaShape& s, const float* q, const float* latent, const float* kv_b,
+                const std::vector<int64_t>& sel, float* out) {
+  const int L = s.kv_lora, dq = s.qk_dim, dv = s.v_dim;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
+  std::vector<float> qt(L), p(sel.size()), oc(L);
+  for (int h = 0; h < s.H; ++h) {
+    const float* Wuk = kv_b + static_cast<int64_t>(h) * (dq + dv) * L;
+    const float* Wuv = Wuk + static_cast<int64_t>(dq) * L;
+    const float* qh = q + h * dq;
+    // q~ = W_uk^T q, so that q . (W_uk c) = q~ . c
+    std::fill(qt.begin(), qt.end(), 0.0f);
+    for (int i = 0; i < dq; ++i)
+      for (int l = 0; l < L; ++l) qt[l] += qh[i] * Wuk[i * L + l];
+    float mx = -INFINITY;
+    for (size_t i = 0; i < sel.size(); ++i) {
+      const float* ct = latent + sel[i] * L;
+      float dot = 0;
+      for (int l = 0; l < L; ++l) dot += qt[l] * ct[l];
+      p[i] = dot * scale;
+      mx = std::max(mx, p[i]);
+    }
+    float sum = 0;
+    for (float& x : p) sum += (x = std::exp(x - mx));
+    std::fill(oc.begin(), oc.end(), 0.0f);
+    for (size_t i = 0; i < sel.size(); ++i) {
+      const float* ct = latent + sel[i] * L;
+      const float w = p[i] / sum;
+      for (int l = 0; l < L; ++l) oc[l] += w * ct[l];
+    }
+    float* oh = out + h * dv;
+    for (int i = 0; i < dv; ++i) {
+      float acc = 0;
+      for (int l = 0; l < L; ++l) acc += Wuv[i * L + l] * oc[l];
+      oh[i] = acc;
+    }
+  }
+}
+
+}  // namespace bloomery::cpu
+
+// ---- CpuFamilyOps overrides
+// ----------------------------------------------------------------------------------
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
+
+namespace bloomery::cpu {
+
+void CpuFamilyOps::dsa_index_append(Tensor& keys, Tensor& gates, Tensor& pools, const Tensor& k,
+                                    const Tensor& gs, int64_t pos0, const Weight& ape) {
+  const int64_t T = k.rows(), d = k.cols(), P = ape.rows();
+  if (gs.numel() != k.numel() || keys.cols() != d || gates.cols() != d || pools.cols() != d ||
+      pos0 + T > keys.rows() || ape.cols() != d)
+    backend_shape_error("dsa_index_append", "k, gs [T, dI]; keys/gates [cap, dI]; ape [P, dI]",
+                        k.shape_str() + ", " + keys.shape_str() + ", " + shape_string(ape.shape()));
+  std::copy(k.f32(), k.f32() + T * d, keys.f32() + pos0 * d);
+  std::copy(gs.f32(), gs.f32() + T * d, gates.f32() + pos0 * d);
+  DsaIndexerConfig cfg;
+  cfg.head_dim = static_cast<int>(d);
+  cfg.pool = static_cast<int>(P);
+  cfg.ape = ape.dense().f32();
+  for (int64_t end = pos0 + 1; end <= pos0 + T; ++end) {
+    if (end % P != 0) continue;
+    const int64_t first = end - P;
+    DsaIndexerState st;  // one pool's members only
+    for (int64_t m = 0; m < P; ++m)
+      dsa_indexer_append(cfg, st, keys.f32() + (first + m) * d, gates.f32() + (first + m) * d);
+    std::copy(st.pools.begin(), st.pools.end(), pools.f32() + (first / P) * d);
+  }
+}
+
+int64_t CpuFamilyOps::dsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& wts,
+                                       const Tensor& pools, int64_t q0, int pool, int topk) {
+  const int64_t T = qi.dim(0), Hi = qi.dim(1), d = qi.dim(2), S = allowed.cols();
+  if (allowed.rows() != T || S < q0 + T || wts.numel() != T * Hi || pools.cols() != d)
+    backend_shape_error("dsa_index_select", "allowed [T, >=q0+T], wts [T, Hi]",
+                        allowed.shape_str() + ", " + wts.shape_str());
+  DsaIndexerConfig cfg;
+  cfg.n_heads = static_cast<int>(Hi);
+  cfg.head_dim = static_cast<int>(d);
+  cfg.pool = pool;
+  cfg.topk = topk;
+  DsaIndexerState st;
+  st.pools.assign(pools.f32(), pools.f32() + ((q0 + T) / pool) * d);
+  std::fill(allowed.f32(), allowed.f32() + T * S, 0.0f);
+  int64_t ties = 0;
+  DsaSelection sel;
+  for (int64_t t = 0; t < T; ++t) {
+    dsa_indexer_select(cfg, st, qi.f32() + t * Hi * d, wts.f32() + t * Hi, q0 + t, sel);
+    ties += sel.tie ? 1 : 0;
+    for (int64_t p : sel.tokens) allowed.f32()[t * S + p] = 1.0f;
+  }
+  return ties;
+}
+
+void CpuFamilyOps::mla_attention(Tensor& out, const Tensor& q, const Tensor& latent, const Weight& kv_b,
+                                 int64_t q0, float scale, const Tensor& allowed) {
+  const int64_t T = q.dim(0), H = q.dim(1), dq = q.dim(2), L = latent.cols(), S = allowed.cols();
+  const int64_t dv = out.numel() / (T * H);
+  if (kv_b.rows() != H * (dq + dv) || kv_b.cols() != L || allowed.rows() != T || latent.rows() < S ||
+      S < q0 + T)
+    backend_shape_error("mla_attention", "kv_b [H*(dqk+dv), L], allowed [T, S], latent [>=S, L]",
+                        shape_string(kv_b.shape()) + ", " + allowed.shape_str() + ", " + latent.shape_str());
+  const float* Wkv = kv_b.dense().f32();
+  pool().parallel_for(T * H, [&](int64_t i0, int64_t i1) {
+    std::vector<float> qt(L), oc(L), p;
+    std::vector<int64_t> sel;
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / H, h = i % H;
+      sel.clear();
+      for (int64_t j = 0; j <= q0 + t; ++j)
+        if (allowed.f32()[t * S + j] != 0.0f) sel.push_back(j);
+      const float* Wuk = Wkv + h * (dq + dv) * L;
+      const float* Wuv = Wuk + dq * L;
+      const float* qh = q.f32() + (t * H + h) * dq;
+      std::fill(qt.begin(), qt.end(), 0.0f);
+      for (int64_t a = 0; a < dq; ++a)
+        for (int64_t l = 0; l < L; ++l) qt[l] += qh[a] * Wuk[a * L + l];
+      p.assign(sel.size(), 0.0f);
+      float mx = -INFINITY;
+      for (size_t j = 0; j < sel.size(); ++j) {
+        const float* ct = latent.f32() + sel[j] * L;
+        float dot = 0;
+        for (int64_t l = 0; l < L; ++l) dot += qt[l] * ct[l];
+        p[j] = dot * scale;
+        mx = std::max(mx, p[j]);
+      }
+      float sum = 0;
+      for (float& x : p) sum += (x = std::exp(x - mx));
+      std::fill(oc.begin(), oc.end(), 0.0f);
+      for (size_t j = 0; j < sel.size(); ++j) {
+        const float* ct = latent.f32() + sel[j] * L;
+        for (int64_t l = 0; l < L; ++l) oc[l] += (p[j] / sum) * ct[l];
+      }
+      float* oh = out.f32() + (t * H + h) * dv;
+      for (int64_t a = 0; a < dv; ++a) {
+        float acc = 0;
+        for (int64_t l = 0; l < L; ++l) acc += Wuv[a * L + l] * oc[l];
+        oh[a] = sel.empty() ? 0.0f : acc;
+      }
+    }
+  });
+}
+
+}  // namespace bloomery::cpu
