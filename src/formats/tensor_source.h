@@ -1,6 +1,6 @@
-// TensorSource: a model folder's stored tensors (names → file, dtype, shape, bytes), validated before any read.
-// It knows files, not models: safetensors single file, sharded with model.safetensors.index.json, and the
-// lil-nvfp4-csf container (manifest.json + build-contract.json) or a serving folder pointing at one.
+// TensorSource: a model folder's stored tensors (names → file, dtype, shape, bytes), validated before any
+// read. It knows files, not models: safetensors single file, sharded with model.safetensors.index.json, and
+// the lil-nvfp4-csf container (manifest.json + build-contract.json) or a serving folder pointing at one.
 // Spec: shared/spec/formats.md §1, §2, §3, §8.1, §8.2.
 #pragma once
 
@@ -49,6 +49,10 @@ class TensorSource {
   const nlohmann::json& hf_quant_config() const { return hf_quant_config_; }
   // CSF container manifest.json (null unless kind is CsfContainer or CsfServing).
   const nlohmann::json& csf_manifest() const { return csf_manifest_; }
+  // CSF container build-contract.json (null unless kind is CsfContainer or CsfServing).
+  const nlohmann::json& csf_contract() const { return csf_contract_; }
+  // The CSF container's root: root() for a container, checkpoint_root for a serving folder; empty otherwise.
+  const std::filesystem::path& csf_root() const { return csf_root_; }
 
   // All tensors, sorted by name.
   const std::vector<TensorEntry>& tensors() const { return tensors_; }
@@ -66,10 +70,13 @@ class TensorSource {
  private:
   FolderKind kind_ = FolderKind::SingleFile;
   std::filesystem::path root_, config_dir_;
-  nlohmann::json config_, hf_quant_config_, csf_manifest_;
+  nlohmann::json config_, hf_quant_config_, csf_manifest_, csf_contract_;
+  std::filesystem::path csf_root_;
   std::vector<std::unique_ptr<File>> files_;
   std::vector<std::string> file_display_;
   std::vector<TensorEntry> tensors_;
+
+  friend struct TensorSourceBuilder;  // tensor_source.cc fills the fields
 };
 
 }  // namespace bloomery
