@@ -1,0 +1,111 @@
+// Renders every template in tests/chat_template/templates.txt on every case of tests/chat_template/cases.json
+// with bloomery's ChatTemplate and with Python Jinja2 (tests/chat_template/jinja2_oracle.py, run now with
+// /usr/bin/python3), and requires byte-identical output, or an error on both sides.
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "tokenizer/chat_template.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using ojson = nlohmann::ordered_json;
+
+const fs::path kRoot = BLOOMERY_SOURCE_DIR;
+
+std::string slurp(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Template list: one path per line (relative to the repo root); "a|b" means the first of a, b that exists
+// (the real Qwen3 config is installed by npm under tests/tokenizer or tests/chat_template).
+std::vector<fs::path> template_paths() {
+  std::vector<fs::path> out;
+  std::istringstream lines(slurp(kRoot / "tests/chat_template/templates.txt"));
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    fs::path chosen;
+    std::istringstream alts(line);
+    std::string alt;
+    while (std::getline(alts, alt, '|'))
+      if (chosen.empty() && fs::exists(kRoot / alt)) chosen = kRoot / alt;
+    if (chosen.empty())
+      ADD_FAILURE() << "template not found (run npm ci in tests/tokenizer?): " << line;
+    else
+      out.push_back(chosen);
+  }
+  return out;
+}
+
+std::string run_oracle(const fs::path& cases, const std::vector<fs::path>& templates) {
+  std::string cmd =
+      "/usr/bin/python3 " + (kRoot / "tests/chat_template/jinja2_oracle.py").string() + " " + cases.string();
+  for (const auto& t : templates) cmd += " " + t.string();
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  int rc = pclose(p);
+  EXPECT_EQ(rc, 0) << "oracle failed: " << cmd;
+  return out;
+}
+
+bloomery::ChatTemplate load(const fs::path& p) {
+  if (p.extension() == ".json") return bloomery::ChatTemplate::from_folder(p.parent_path());
+  return bloomery::ChatTemplate::from_source(slurp(p), p.filename().string());
+}
+
+TEST(ChatTemplateOracle, MatchesPythonJinja2ByteForByte) {
+  fs::path cases_path = kRoot / "tests/chat_template/cases.json";
+  ojson corpus = ojson::parse(slurp(cases_path));
+  ASSERT_GE(corpus["cases"].size(), 40u);
+  std::vector<fs::path> templates = template_paths();
+  ASSERT_GE(templates.size(), 3u);
+  ojson results = ojson::parse(run_oracle(cases_path, templates));
+  size_t compared = 0, errors_both = 0;
+  for (const auto& tp : templates) {
+    bloomery::ChatTemplate tpl = load(tp);
+    const ojson& rows = results.at(tp.string());
+    ASSERT_EQ(rows.size(), corpus["cases"].size());
+    for (size_t k = 0; k < rows.size(); ++k) {
+      ojson ctx = corpus.value("defaults", ojson::object());
+      for (const auto& [key, v] : corpus["cases"][k]["context"].items()) ctx[key] = v;
+      const ojson& want = rows[k];
+      std::string label = tp.filename().string() + " / " + want["id"].get<std::string>();
+      std::string got, err;
+      try {
+        got = tpl.render(ctx);
+      } catch (const bloomery::Error& e) {
+        err = e.what();
+      }
+      if (want.contains("error")) {
+        EXPECT_FALSE(err.empty()) << label << ": Jinja2 raised " << want["error"]
+                                  << " but bloomery rendered:\n"
+                                  << got;
+        ++errors_both;
+      } else {
+        EXPECT_TRUE(err.empty()) << label << ": bloomery raised " << err;
+        EXPECT_EQ(got, want["output"].get<std::string>()) << label;
+      }
+      ++compared;
+    }
+  }
+  EXPECT_GT(compared - errors_both, compared / 2) << "most cases must render, not just fail on both sides";
+}
+
+}  // namespace
