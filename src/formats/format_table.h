@@ -11,11 +11,15 @@
 
 namespace bloomery {
 
+struct WeightBytes;  // formats/decode.h
+struct Where;        // core/error.h
+class Warnings;      // core/error.h
+
 enum class FormatId : uint8_t {
-  BF16,         // dense
-  F16,          // dense
-  F32,          // dense
-  NVFP4,        // ModelOpt: U8 nibbles [N,K/2] + E4M3 [N,K/16] + F32 weight_scale_2 (multiplier) + input_scale
+  BF16,   // dense
+  F16,    // dense
+  F32,    // dense
+  NVFP4,  // ModelOpt: U8 nibbles [N,K/2] + E4M3 [N,K/16] + F32 weight_scale_2 (multiplier) + input_scale
   W4A16_NVFP4,  // NVFP4 tensors without input_scale: activations stay high precision
   NVFP4_CT,     // compressed-tensors: weight_packed + weight_scale + weight_global_scale (a divisor)
   MXFP4,        // U8 nibbles [N,K/2] + E8M0 [N,K/32]
@@ -31,17 +35,25 @@ enum class ScaleEncoding : uint8_t { Plain, NvFp4Csf };
 
 struct FormatInfo {
   FormatId id;
-  std::string_view name;    // printed by inspect
-  int block_n;              // rows sharing one scale (0 = whole tensor or per-record, e.g. FP8 block)
-  int block_k;              // K elements sharing one scale (0 = whole row or per-record)
-  int bits_per_element;     // stored weight bits per element (4 or 8 or 16 or 32)
+  std::string_view name;          // printed by inspect
+  int block_n;                    // rows sharing one scale (0 = whole tensor or per-record, e.g. FP8 block)
+  int block_k;                    // K elements sharing one scale (0 = whole row or per-record)
+  int bits_per_element;           // stored weight bits per element (4 or 8 or 16 or 32)
   std::string_view scale_layout;  // human description of the scale tensors
-  int tp_row_unit;          // smallest row step a tensor-parallel cut may take (0 = per-record: a scale tile)
-  int tp_col_unit;          // smallest column (K) step
+  int tp_row_unit;  // smallest row step a tensor-parallel cut may take (0 = per-record: a scale tile)
+  int tp_col_unit;  // smallest column (K) step
   bool quantized;
+  // Checks a weight's stored bytes (dtypes, byte counts, scale contents) and throws the format's E_ ids;
+  // W_ warnings go to `warnings`. `check_elements` also scans weight elements for NaN codes (inspect
+  // --check).
+  void (*validate)(const WeightBytes& w, const Where& where, Warnings& warnings, bool check_elements);
+  // Decodes rows [row0, row0+nrows) of a validated WeightBytes to f32, row-major, `nrows × cols` floats.
+  void (*decode)(const WeightBytes& w, uint64_t row0, uint64_t nrows, float* out);
 };
 
 const FormatInfo& format_info(FormatId id);
 std::string_view format_name(FormatId id);
+// Inverse of format_name (exact match); false when unknown.
+bool format_from_name(std::string_view name, FormatId* out);
 
 }  // namespace bloomery
