@@ -1,0 +1,106 @@
+// Rotary embedding (partial, NeoX or interleaved, M-RoPE sections) and GQA softmax attention with a causal
+// mask and an optional sparse "allowed" mask.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace bloomery::cpu {
+
+void CpuBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) {
+  need(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
+       "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
+  const int64_t T = x.dim(0), H = x.dim(1), hd = x.dim(2);
+  const int rot = rope.rot_dim;
+  need(rot > 0 && rot % 2 == 0 && rot <= hd, "rope", "an even rot_dim <= " + std::to_string(hd),
+       std::to_string(rot));
+  const int half = rot / 2;
+  // inv_freq[i] = 1 / theta^(2i/rot), computed in f32 as transformers does.
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; ++i)
+    inv_freq[i] =
+        1.0f / std::pow(static_cast<float>(rope.theta), static_cast<float>(2 * i) / static_cast<float>(rot));
+  std::vector<float> c(half), s(half);
+  for (int64_t t = 0; t < T; ++t) {
+    // Text positions: every M-RoPE row equals the token position, so sections do not change the angles.
+    for (int i = 0; i < half; ++i) {
+      const float a = static_cast<float>(pos[t]) * inv_freq[i];
+      c[i] = std::cos(a);
+      s[i] = std::sin(a);
+    }
+    for (int64_t h = 0; h < H; ++h) {
+      float* v = x.f32() + (t * H + h) * hd;
+      if (!rope.interleaved) {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[i], b = v[i + half];
+          v[i] = a * c[i] - b * s[i];
+          v[i + half] = b * c[i] + a * s[i];
+        }
+      } else {
+        for (int i = 0; i < half; ++i) {
+          const float a = v[2 * i], b = v[2 * i + 1];
+          v[2 * i] = a * c[i] - b * s[i];
+          v[2 * i + 1] = b * c[i] + a * s[i];
+        }
+      }
+    }
+  }
+}
+
+void CpuBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
+                           float scale, const Tensor* allowed) {
+  need(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v of rank 3",
+       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
+  const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
+  need(k.dim(2) == d && v.dim(0) == S && v.dim(1) == Hkv && Hkv > 0 && Hq % Hkv == 0, "attention",
+       "k [S, Hkv, d], v [S, Hkv, dv], Hq % Hkv == 0",
+       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  need(out.numel() == T * Hq * dv, "attention", "out [T, Hq, dv]", out.shape_str());
+  need(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
+       std::to_string(q0) + "+" + std::to_string(T));
+  if (allowed) need(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
+  const int64_t group = Hq / Hkv;
+  const float *Q = q.f32(), *K = k.f32(), *V = v.f32();
+  const float* A = allowed ? allowed->f32() : nullptr;
+  float* O = out.f32();
+  owned_pool_->parallel_for(T * Hq, [&](int64_t i0, int64_t i1) {
+    std::vector<float> p(S);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t t = i / Hq, h = i % Hq, kh = h / group;
+      const float* qv = Q + (t * Hq + h) * d;
+      const int64_t last = q0 + t;  // causal: keys 0..last
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t j = 0; j <= last; ++j) {
+        if (A && A[t * S + j] == 0.0f) {
+          p[j] = -std::numeric_limits<float>::infinity();
+          continue;
+        }
+        const float* kv = K + (j * Hkv + kh) * d;
+        float sdot = 0.0f;
+        for (int64_t e = 0; e < d; ++e) sdot += qv[e] * kv[e];
+        p[j] = sdot * scale;
+        mx = std::max(mx, p[j]);
+      }
+      float* o = O + (t * Hq + h) * dv;
+      std::fill(o, o + dv, 0.0f);
+      if (mx == -std::numeric_limits<float>::infinity()) continue;
+      float sum = 0.0f;
+      for (int64_t j = 0; j <= last; ++j) {
+        p[j] = std::exp(p[j] - mx);
+        sum += p[j];
+      }
+      const float inv = 1.0f / sum;
+      for (int64_t j = 0; j <= last; ++j) {
+        if (p[j] == 0.0f) continue;
+        const float w = p[j] * inv;
+        const float* vv = V + (j * Hkv + kh) * dv;
+        for (int64_t e = 0; e < dv; ++e) o[e] += w * vv[e];
+      }
+    }
+  });
+}
+
+}  // namespace bloomery::cpu
