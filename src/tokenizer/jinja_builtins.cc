@@ -322,6 +322,16 @@ std::optional<Value> builtin_attribute(const Value& obj, const std::string& name
       return std::nullopt;
     case Kind::Loop:
       return loop_attribute(obj, name);
+    case Kind::Int:
+    case Kind::Bool:
+      if (name == "real" || name == "numerator") return Value::integer(obj.i);
+      if (name == "imag") return Value::integer(0);
+      if (name == "denominator") return Value::integer(1);
+      return std::nullopt;
+    case Kind::Float:
+      if (name == "real") return obj;
+      if (name == "imag") return Value::number(0.0);
+      return std::nullopt;
     default:
       return std::nullopt;
   }
@@ -349,7 +359,8 @@ Value get_item(const Value& obj, const Value& key) {
     return Value::undefined(key.kind == Kind::Int ? std::to_string(key.i) : "item");
   };
   bool int_key = key.kind == Kind::Int || key.kind == Kind::Bool;
-  if (obj.kind == Kind::List && (obj.list->kind == ListKind::List || obj.list->kind == ListKind::Tuple)) {
+  if (obj.kind == Kind::List && (obj.list->kind == ListKind::List || obj.list->kind == ListKind::Tuple ||
+                                 obj.list->kind == ListKind::Range)) {
     if (!int_key) return by_attr();
     int64_t n = static_cast<int64_t>(obj.list->items.size());
     int64_t k = key.i < 0 ? key.i + n : key.i;
@@ -401,7 +412,7 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
            v.kind == Kind::Undefined || v.kind == Kind::Loop;
   if (name == "sequence")
     return v.kind == Kind::String || v.kind == Kind::Dict || v.kind == Kind::Undefined ||
-           (v.kind == Kind::List && (v.list->kind == ListKind::List || v.list->kind == ListKind::Tuple));
+           (v.kind == Kind::List && v.list->kind != ListKind::Generator && v.list->kind != ListKind::View);
   if (name == "lower" || name == "upper") {
     std::string s = to_str(v);
     if (!is_ascii(s)) fail_unsupported("'" + name + "' test on non-ASCII text");
@@ -477,7 +488,11 @@ Value global_function(const std::string& name) {
           fail("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
         items.push_back(Value::integer(k));
       }
-      return Value::make_list(std::move(items));
+      Value r = Value::make_list(std::move(items), ListKind::Range);
+      r.s = std::make_shared<const std::string>(
+          "range(" + std::to_string(start) + ", " + std::to_string(stop) +
+          (step != 1 ? ", " + std::to_string(step) : std::string()) + ")");
+      return r;
     });
   }
   if (name == "namespace" || name == "dict") {

@@ -444,8 +444,14 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "selectattr" || name == "rejectattr")
     return select_or_reject(in, v, a, name == "selectattr", true);
   if (name == "attr") {
+    // Jinja2's attr filter reads Python attributes only, never items.
     Args p(a, name, {"name"});
-    return get_attribute(v, to_str(p.req(0)));
+    if (v.is_undefined()) fail("'" + *v.s + "' is undefined");
+    std::string attr = to_str(p.req(0));
+    if (auto r = builtin_attribute(v, attr)) return *r;
+    if (v.kind == Kind::Namespace)
+      if (const Value* r = v.dict->find(attr)) return *r;
+    return Value::undefined(attr);
   }
   if (name == "abs") {
     Args p(a, name, {});

@@ -311,6 +311,7 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       for (int k = 0; k < 3; ++k)
         if (e.args[1 + k]) part[k] = eval(*e.args[1 + k], scope);
       if (obj.is_undefined()) fail("'" + *obj.s + "' is undefined");
+      if (obj.kind == Kind::List && obj.list->kind == ListKind::Range) fail_unsupported("slicing a range()");
       bool sliceable =
           obj.kind == Kind::String ||
           (obj.kind == Kind::List && (obj.list->kind == ListKind::List || obj.list->kind == ListKind::Tuple));

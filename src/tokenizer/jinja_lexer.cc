@@ -278,7 +278,7 @@ class Lexer {
       for (size_t k = p; k < fe; ++k)
         if (src_[k] != '_') text.push_back(src_[k]);
       t.type = Tok::Float;
-      t.fval = std::stod(text);
+      t.fval = std::strtod(text.c_str(), nullptr);  // strtod: denormals are fine, stod would throw
       tokens_.push_back(std::move(t));
       return fe;
     }

@@ -124,9 +124,7 @@ std::vector<std::string> py_split(std::string_view s, const std::string* sep, in
     while (i < n && py_isspace(cps[i])) ++i;
     if (i >= n) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-      size_t e = n;
-      while (e > i && py_isspace(cps[e - 1])) --e;
-      out.push_back(encode_utf8(std::vector<char32_t>(cps.begin() + i, cps.begin() + e)));
+      out.push_back(encode_utf8(std::vector<char32_t>(cps.begin() + i, cps.end())));  // keeps trailing space
       break;
     }
     size_t j = i;
@@ -157,9 +155,7 @@ std::vector<std::string> py_rsplit(std::string_view s, const std::string* sep, i
     while (e > 0 && py_isspace(cps[e - 1])) --e;
     if (e == 0) break;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) >= maxsplit) {
-      size_t b = 0;
-      while (b < e && py_isspace(cps[b])) ++b;
-      out.push_back(encode_utf8(std::vector<char32_t>(cps.begin() + b, cps.begin() + e)));
+      out.push_back(encode_utf8(std::vector<char32_t>(cps.begin(), cps.begin() + e)));  // keeps leading space
       break;
     }
     size_t j = e;

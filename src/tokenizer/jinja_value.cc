@@ -138,6 +138,8 @@ std::string type_name(const Value& v) {
           return "generator";
         case ListKind::View:
           return "dict_items";
+        case ListKind::Range:
+          return "range";
         default:
           return "list";
       }
@@ -190,6 +192,7 @@ std::string repr(const Value& v) {
         if (v.list->items.size() == 1) return "(" + repr(v.list->items[0]) + ",)";
         return "(" + repr_items(v.list->items) + ")";
       }
+      if (v.list->kind == ListKind::Range) return *v.s;
       break;
     case Kind::Dict:
       return repr_dict(*v.dict);

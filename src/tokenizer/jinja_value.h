@@ -39,8 +39,9 @@ enum class Kind : uint8_t {
   Callable,
   Loop
 };
-// Python list, tuple, one-shot generator (map/select/... results) and dict view (dict.items()).
-enum class ListKind : uint8_t { List, Tuple, Generator, View };
+// Python list, tuple, one-shot generator (map/select/... results), dict view (dict.items()) and range
+// (items materialised; Value::s holds its repr "range(a, b)").
+enum class ListKind : uint8_t { List, Tuple, Generator, View, Range };
 
 struct Value;
 struct ListData;

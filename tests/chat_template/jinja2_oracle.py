@@ -2,6 +2,7 @@
 """Renders chat templates with Python Jinja2 in Hugging Face's apply_chat_template environment.
 
 Usage: jinja2_oracle.py CASES_JSON TEMPLATE [TEMPLATE ...] > results.json
+       jinja2_oracle.py --snippets SNIPPETS_JSON > results.json
 
 TEMPLATE is a .jinja file, or a tokenizer_config.json whose "chat_template" is used (a string, or the
 list-of-{name, template} form, from which "default" is taken). CASES_JSON holds {"defaults": {...},
@@ -72,7 +73,24 @@ def load_template(path):
         return f.read()
 
 
+def render_snippets(path):
+    """SNIPPETS_JSON: [{"id", "template", "context"}] -> [{"id", "output"} or {"id", "error"}]."""
+    with open(path, encoding="utf-8") as f:
+        snippets = json.load(f)
+    env = make_env()
+    rows = []
+    for sn in snippets:
+        try:
+            rows.append({"id": sn["id"], "output": env.from_string(sn["template"]).render(**sn.get("context", {}))})
+        except Exception as e:  # noqa: BLE001
+            rows.append({"id": sn["id"], "error": f"{type(e).__name__}: {e}"})
+    json.dump(rows, sys.stdout, ensure_ascii=False)
+
+
 def main():
+    if sys.argv[1] == "--snippets":
+        render_snippets(sys.argv[2])
+        return
     cases_path, templates = sys.argv[1], sys.argv[2:]
     with open(cases_path, encoding="utf-8") as f:
         corpus = json.load(f)

@@ -108,4 +108,43 @@ TEST(ChatTemplateOracle, MatchesPythonJinja2ByteForByte) {
   EXPECT_GT(compared - errors_both, compared / 2) << "most cases must render, not just fail on both sides";
 }
 
+// Small templates probing one rule each (whitespace control, scoping, filters, number and string
+// printing, errors), each rendered by Python Jinja2 and by bloomery.
+TEST(ChatTemplateOracle, SnippetsMatchPythonJinja2) {
+  fs::path path = kRoot / "tests/chat_template/snippets.json";
+  ojson snippets = ojson::parse(slurp(path));
+  ASSERT_GE(snippets.size(), 100u);
+  std::string cmd = "/usr/bin/python3 " + (kRoot / "tests/chat_template/jinja2_oracle.py").string() +
+                    " --snippets " + path.string();
+  std::string out;
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::array<char, 65536> buf;
+  size_t n;
+  while ((n = fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ASSERT_EQ(pclose(p), 0) << cmd;
+  ojson results = ojson::parse(out);
+  ASSERT_EQ(results.size(), snippets.size());
+  for (size_t k = 0; k < snippets.size(); ++k) {
+    const ojson& sn = snippets[k];
+    const ojson& want = results[k];
+    std::string label = sn["id"].get<std::string>() + " " + sn["template"].dump();
+    std::string got, err;
+    try {
+      got =
+          bloomery::ChatTemplate::from_source(sn["template"].get<std::string>(), sn["id"].get<std::string>())
+              .render(sn.value("context", ojson::object()));
+    } catch (const bloomery::Error& e) {
+      err = e.what();
+    }
+    if (want.contains("error")) {
+      EXPECT_FALSE(err.empty()) << label << ": Jinja2 raised " << want["error"]
+                                << " but bloomery rendered: " << got;
+    } else {
+      EXPECT_TRUE(err.empty()) << label << ": bloomery raised " << err;
+      EXPECT_EQ(got, want["output"].get<std::string>()) << label;
+    }
+  }
+}
+
 }  // namespace
