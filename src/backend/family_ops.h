@@ -24,11 +24,12 @@ class Weight;
 
 // QSA block indexer (qwen4_exp, models.md §3.8).
 struct QsaIndexSpec {
-  int compress = 4;    // indexer_compress_ratio: tokens per block
-  int block_topk = 0;  // indexer_budget / indexer_compress_ratio
-  int rot_dim = 0;     // rotary dims of block keys (the attention's rope)
-  double theta = 1e4;  // rope base
-  float eps = 1e-6f;   // k_layernorm eps
+  int compress = 4;        // indexer_compress_ratio: tokens per block
+  int block_topk = 0;      // indexer_budget / indexer_compress_ratio
+  int rot_dim = 0;         // rotary dims of block keys (the attention's rope)
+  double theta = 1e4;      // rope base
+  float eps = 1e-6f;       // k_layernorm eps
+  int64_t pos_offset = 0;  // RoPE position of cache slot i is i + pos_offset (1 for the MTP layer cache)
 };
 
 // mHC module parameters (glm5_next, models.md §4.5).

@@ -16,9 +16,9 @@ struct Family {
 // One line per family. Helper G2: set the factory of qwen4_exp / glm5_next when their model files land.
 const Family kFamilies[] = {
     {"qwen3_next", "", &make_qwen3_next},
-    {"qwen4_exp", "qwen4_exp_text", nullptr},
-    {"qwen3_8_flash_next", "", nullptr},  // b12x's alias of qwen4_exp
-    {"glm5_next", "glm5_next_text", nullptr},
+    {"qwen4_exp", "qwen4_exp_text", &make_qwen4_exp},
+    {"qwen3_8_flash_next", "", &make_qwen4_exp},  // b12x's alias of qwen4_exp
+    {"glm5_next", "glm5_next_text", &make_glm5_next},
 };
 
 const Family* find_family(std::string_view type) {

@@ -1,5 +1,6 @@
-// qwen4_exp (Qwen3.8-Flash-Next): 4 gated-residual streams, GDN and QSA token mixers, MoE, PLE hashed n-grams,
-// and the MTP draft layer. The math follows models.md §3 and transformers' modeling_qwen4_exp.py, in order.
+// qwen4_exp (Qwen3.8-Flash-Next): 4 gated-residual streams, GDN and QSA token mixers, MoE, PLE hashed
+// n-grams, and the MTP draft layer. The math follows models.md §3 and transformers' modeling_qwen4_exp.py, in
+// order.
 #include <cmath>
 #include <string>
 #include <vector>
@@ -21,7 +22,7 @@ struct Qwen4Config {
   int64_t Hk, Hv, dk, dv, conv_k;
   int64_t E, top_k, I, Is;
   bool norm_topk;
-  int64_t n, r;  // hc_count, hc_lowrank
+  int64_t n, r;                        // hc_count, hc_lowrank
   std::vector<int64_t> ple_layer_ids;  // one-indexed
   int64_t ple_dim, ple_conv_k, ngram_size, heads_per_ngram, ngram_base, ngram_div, seed;
   int64_t Hi, dI, budget, compress;
@@ -71,12 +72,13 @@ Qwen4Config read_config(const nlohmann::json& c) {
     raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "indexer_kv_heads"}, "1",
           std::to_string(cfg_int(c, "indexer_kv_heads")));
   if (k.compress <= 0 || k.budget % k.compress != 0)
-    raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "indexer_budget"}, "a multiple of indexer_compress_ratio",
-          std::to_string(k.budget));
-  // RoPE: rope_parameters (transformers 5) or legacy top-level keys; partial_rotary_factor defaults to 1.0 here.
+    raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "indexer_budget"},
+          "a multiple of indexer_compress_ratio", std::to_string(k.budget));
+  // RoPE: rope_parameters (transformers 5) or legacy top-level keys; partial_rotary_factor defaults to 1.0
+  // here.
   const nlohmann::json empty = nlohmann::json::object();
-  const nlohmann::json& rp = c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"]
-                                                                                               : empty;
+  const nlohmann::json& rp =
+      c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : empty;
   k.theta = cfg_num(rp, "rope_theta", cfg_num(c, "rope_theta", 10000.0));
   const double prf = cfg_num(rp, "partial_rotary_factor", cfg_num(c, "partial_rotary_factor", 1.0));
   k.rot = static_cast<int64_t>(static_cast<double>(k.hd) * prf);
@@ -87,7 +89,8 @@ Qwen4Config read_config(const nlohmann::json& c) {
   const auto eos = cfg_eos_ids(c);
   k.eos = eos.empty() ? -1 : eos[0];
   if (!k.ple_layer_ids.empty() && k.eos < 0)
-    raise("E_CFG_FIELD_MISSING", Where{"config.json", "", "eos_token_id"}, "set when PLE layers exist", "absent");
+    raise("E_CFG_FIELD_MISSING", Where{"config.json", "", "eos_token_id"}, "set when PLE layers exist",
+          "absent");
   k.tie = cfg_bool(c, "tie_word_embeddings", false);
   const std::string ogt = cfg_str(c, "output_gate_type", "");
   const std::string act = ogt.empty() ? cfg_str(c, "hidden_act", "silu") : ogt;
@@ -116,7 +119,8 @@ struct HyperConn {
 };
 
 struct Moe {
-  const Weight *router = nullptr, *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr, *sh_gate_w = nullptr;
+  const Weight *router = nullptr, *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr,
+               *sh_gate_w = nullptr;
   std::vector<ExpertWeights> experts;
 };
 
@@ -161,9 +165,9 @@ struct Qwen4State : SequenceState {
   std::vector<Tensor> conv, rec;  // per layer (GDN): [convdim, K−1], [Hv, dk, dv]
   std::vector<QsaCache> qsa;      // per layer (QSA)
   std::vector<cpu::PleContext> ple_ctx;
-  std::vector<Tensor> ple_conv;   // [n·D, (K−1)·ngram_size]
+  std::vector<Tensor> ple_conv;  // [n·D, (K−1)·ngram_size]
   QsaCache draft;
-  int64_t index_ties = 0;         // queries whose indexer top-k was decided by an exact score tie
+  int64_t index_ties = 0;  // queries whose indexer top-k was decided by an exact score tie
 };
 
 // ---------------------------------------------------------------------------------------------- model
@@ -198,7 +202,8 @@ class Qwen4Exp final : public Model {
         d.push_back({p + "ple.ple_embedding.ngram_embedding.weight", {h.padded_rows, de}, false, true});
         d.push_back({p + "ple.key_proj.weight", {nD, c_.ple_dim}});
         d.push_back({p + "ple.value_proj.weight", {c_.D, c_.ple_dim}});
-        for (const char* nm : {"norm_key", "norm_query", "norm_conv"}) d.push_back({p + "ple." + nm + ".weight", {nD}});
+        for (const char* nm : {"norm_key", "norm_query", "norm_conv"})
+          d.push_back({p + "ple." + nm + ".weight", {nD}});
         d.push_back({p + "ple.conv1d.weight", {nD, 1, c_.ple_conv_k}});
       }
     }
@@ -273,7 +278,8 @@ class Qwen4Exp final : public Model {
     return s;
   }
 
-  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids, bool all_logits) override {
+  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids,
+                        bool all_logits) override {
     auto& st = static_cast<Qwen4State&>(base);
     const int64_t T = static_cast<int64_t>(ids.size()), p0 = st.pos;
     if (p0 + T > st.capacity)
@@ -294,7 +300,8 @@ class Qwen4Exp final : public Model {
       if (L.has_ple) ple(be, L.ple, st.ple_ctx[l], st.ple_conv[l], X, tok);
       Tensor inj = be.alloc({T, n});
       Tensor u = hc_read(be, L.attn_hc, X, &inj);
-      Tensor y = L.qsa ? qsa(be, L.att, st.qsa[l], u, pos, p0, 0, st.index_ties) : gdn(be, L.gdn, st.conv[l], st.rec[l], u);
+      Tensor y = L.qsa ? qsa(be, L.att, st.qsa[l], u, pos, p0, 0, st.index_ties)
+                       : gdn(be, L.gdn, st.conv[l], st.rec[l], u);
       be.hc_inject(X, y, inj);
       u = hc_read(be, L.mlp_hc, X, &inj);
       y = moe(be, L.moe, u);
@@ -318,7 +325,8 @@ class Qwen4Exp final : public Model {
     auto& st = static_cast<Qwen4State&>(base);
     const int64_t T = static_cast<int64_t>(next_ids.size()), p0 = st.draft_pos, D = c_.D, n = c_.n;
     if (hidden.rows() != T || hidden.cols() != n * D)
-      backend_shape_error("qwen4_exp draft", "hidden [" + std::to_string(T) + ", " + std::to_string(n * D) + "]",
+      backend_shape_error("qwen4_exp draft",
+                          "hidden [" + std::to_string(T) + ", " + std::to_string(n * D) + "]",
                           hidden.shape_str());
     if (p0 + T > st.draft.K.dim(0))
       raise("E_CONTEXT_FULL", Where{"", "", "draft tokens"}, "at most " + std::to_string(st.draft.K.dim(0)),
@@ -426,16 +434,26 @@ class Qwen4Exp final : public Model {
     L.mlp_hc = bind_hc(w, p + "mlp_hyper_connection.", true);
     if (qsa) {
       const std::string a = p + "self_attn.";
-      L.att = {&w.get(a + "q_proj.weight"),     &w.get(a + "k_proj.weight"),
-               &w.get(a + "v_proj.weight"),     &w.get(a + "o_proj.weight"),
-               &w.get(a + "q_norm.weight"),     &w.get(a + "k_norm.weight"),
-               &w.get(a + "indexer.index_qk_proj.weight"), &w.get(a + "indexer.q_layernorm.weight"),
+      L.att = {&w.get(a + "q_proj.weight"),
+               &w.get(a + "k_proj.weight"),
+               &w.get(a + "v_proj.weight"),
+               &w.get(a + "o_proj.weight"),
+               &w.get(a + "q_norm.weight"),
+               &w.get(a + "k_norm.weight"),
+               &w.get(a + "indexer.index_qk_proj.weight"),
+               &w.get(a + "indexer.q_layernorm.weight"),
                &w.get(a + "indexer.k_layernorm.weight")};
     } else {
       const std::string a = p + "linear_attn.";
-      L.gdn = {&w.get(a + "in_proj_qkv.weight"), &w.get(a + "in_proj_z.weight"), &w.get(a + "in_proj_b.weight"),
-               &w.get(a + "in_proj_a.weight"),   &w.get(a + "conv1d.weight"),    &w.get(a + "A_log"),
-               &w.get(a + "dt_bias"),            &w.get(a + "norm.weight"),      &w.get(a + "out_proj.weight")};
+      L.gdn = {&w.get(a + "in_proj_qkv.weight"),
+               &w.get(a + "in_proj_z.weight"),
+               &w.get(a + "in_proj_b.weight"),
+               &w.get(a + "in_proj_a.weight"),
+               &w.get(a + "conv1d.weight"),
+               &w.get(a + "A_log"),
+               &w.get(a + "dt_bias"),
+               &w.get(a + "norm.weight"),
+               &w.get(a + "out_proj.weight")};
     }
     const std::string m = p + "mlp.";
     L.moe.router = &w.get(m + "gate.weight");
@@ -548,7 +566,8 @@ class Qwen4Exp final : public Model {
     Tensor a = be.alloc({T, c_.Hv});
     be.matmul(a, u, *w.a);
     Tensor g = be.alloc({T, c_.Hv, 1});
-    be.kda_gate(g, a, *w.dt_bias, *w.A_log, false, 0.0f);  // g = −exp(A_log)·softplus(a + dt_bias), one per head
+    be.kda_gate(g, a, *w.dt_bias, *w.A_log, false,
+                0.0f);  // g = −exp(A_log)·softplus(a + dt_bias), one per head
     Tensor o = be.alloc({T, c_.Hv, c_.dv});
     be.gated_delta_rule(o, q, k, v, g.view({T, c_.Hv}), beta, rec, true, T > 1);
     Tensor on = be.alloc({T, vd});
@@ -600,8 +619,8 @@ class Qwen4Exp final : public Model {
     be.rope(k, pos, rs);
     be.matmul(v2, u, *w.v);
     Tensor o = be.alloc({T, H, hd});
-    be.attention(o, q, cache.K.slice(0, S), cache.V.slice(0, S), slot0, 1.0f / std::sqrt(static_cast<float>(hd)),
-                 &allowed);
+    be.attention(o, q, cache.K.slice(0, S), cache.V.slice(0, S), slot0,
+                 1.0f / std::sqrt(static_cast<float>(hd)), &allowed);
     Tensor og = o.view({T, H * hd});
     be.sigmoid_mul(og, og, gate);
     Tensor y = be.alloc({T, c_.D});
@@ -646,6 +665,8 @@ class Qwen4Exp final : public Model {
 
 }  // namespace
 
-std::unique_ptr<Model> make_qwen4_exp(const ModelConfig& config) { return std::make_unique<Qwen4Exp>(config); }
+std::unique_ptr<Model> make_qwen4_exp(const ModelConfig& config) {
+  return std::make_unique<Qwen4Exp>(config);
+}
 
 }  // namespace bloomery

@@ -10,17 +10,6 @@
 namespace bloomery::cpu {
 
 namespace {
-constexpr uint64_t kGamma = 0x9E3779B97F4A7C15ull;
-constexpr uint64_t kPrime1 = 10007;
-
-bool is_prime(int64_t v) {
-  if (v < 2) return false;
-  if (v % 2 == 0) return v == 2;
-  for (int64_t d = 3; d * d <= v; d += 2)
-    if (v % d == 0) return false;
-  return true;
-}
-
 void matvec(const float* W, const float* x, int out, int in, float* y) {
   for (int o = 0; o < out; ++o) {
     const float* row = W + static_cast<int64_t>(o) * in;
@@ -30,75 +19,6 @@ void matvec(const float* W, const float* x, int out, int in, float* y) {
   }
 }
 }  // namespace
-
-uint64_t splitmix64(uint64_t v) {
-  v += kGamma;
-  v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
-  v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
-  return v ^ (v >> 31);
-}
-
-PleHash make_ple_hash(int64_t vocab, int ngram_size, int heads_per_ngram, int64_t ngram_vocab_base,
-                      int64_t divisor, int64_t seed, int ple_index, int64_t eos) {
-  PleHash h;
-  h.ngram_size = ngram_size;
-  h.heads_per_ngram = heads_per_ngram;
-  h.eos = eos;
-  const uint64_t max_long = (uint64_t{1} << 63) - 1;
-  const uint64_t mult_max = max_long / static_cast<uint64_t>(vocab > 1 ? vocab : 1);
-  const uint64_t half = mult_max / 2 > 0 ? mult_max / 2 : 1;
-  const uint64_t base_seed = static_cast<uint64_t>(seed) + kPrime1 * static_cast<uint64_t>(ple_index);
-  for (int q = 0; q < ngram_size; ++q)
-    h.multipliers.push_back(
-        static_cast<int64_t>(2 * (splitmix64(base_seed + kGamma * static_cast<uint64_t>(q + 1)) % half) + 1));
-  const int G = (ngram_size - 1) * heads_per_ngram;
-  // Head j of layer p uses the (p*G + j + 1)-th prime >= base; consecutive heads continue the same prime
-  // walk.
-  int64_t prime = ngram_vocab_base - 1;
-  for (int i = 0; i < ple_index * G; ++i) {
-    ++prime;
-    while (!is_prime(prime)) ++prime;
-  }
-  int64_t total = 0;
-  for (int j = 0; j < G; ++j) {
-    ++prime;
-    while (!is_prime(prime)) ++prime;
-    h.head_sizes.push_back(prime);
-    h.head_offsets.push_back(total);
-    total += prime;
-  }
-  h.padded_rows = (total + divisor - 1) / divisor * divisor;
-  return h;
-}
-
-PleContext ple_context_start(const PleHash& h) {
-  return PleContext{std::vector<int64_t>(h.ngram_size - 1, h.eos)};
-}
-
-void ple_rows_and_advance(const PleHash& h, PleContext& ctx, int64_t tok, int64_t* rows) {
-  const int c = h.ngram_size - 1;
-  // tok_s is the id s positions back, replaced by EOS when any EOS lies in positions t-s .. t-1.
-  std::vector<int64_t> shifted(h.ngram_size);
-  shifted[0] = tok;
-  bool eos_seen = false;
-  for (int s = 1; s <= c; ++s) {
-    const int64_t id = ctx.prev[c - s];
-    eos_seen = eos_seen || id == h.eos;
-    shifted[s] = eos_seen ? h.eos : id;
-  }
-  int j = 0;
-  for (int order = 2; order <= h.ngram_size; ++order) {
-    int64_t mixed = shifted[0] * h.multipliers[0];
-    for (int q = 1; q < order; ++q) mixed ^= shifted[q] * h.multipliers[q];
-    for (int jj = 0; jj < h.heads_per_ngram; ++jj, ++j) {
-      int64_t r = mixed % h.head_sizes[j];
-      if (r < 0) r += h.head_sizes[j];  // torch.remainder takes the divisor's sign
-      rows[j] = r + h.head_offsets[j];
-    }
-  }
-  for (int i = 0; i + 1 < c; ++i) ctx.prev[i] = ctx.prev[i + 1];
-  if (c > 0) ctx.prev[c - 1] = tok;
-}
 
 PleConvState ple_conv_start(const PleWeights& w) {
   return PleConvState{std::vector<float>(static_cast<size_t>((w.K - 1) * w.dilation) * w.n * w.D, 0.0f)};

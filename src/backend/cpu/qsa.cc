@@ -135,7 +135,7 @@ void CpuFamilyOps::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& k
     }
     float* kb = blocks.f32() + b * d;
     grouped_rmsnorm1p(mean.data(), k_norm.dense().f32(), 1, static_cast<int>(d), spec.eps, kb);
-    rope_neox(kb, spec.rot_dim, first, static_cast<float>(spec.theta));
+    rope_neox(kb, spec.rot_dim, first + spec.pos_offset, static_cast<float>(spec.theta));
   }
 }
 

@@ -1,0 +1,604 @@
+// glm5_next (GLM-5.3-Flash): 4 mHC streams, KDA and NoPE MLA-DSA token mixers (indexer selection shared
+// across layers where indexer_types says "shared"), dense / sigmoid-routed MoE with clamped SwiGLU, and the
+// NextN draft layer. The math follows models.md §4 and transformers' modeling_glm5_next.py, in order.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "models/model_registry.h"
+
+namespace bloomery {
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------- config
+
+struct GlmConfig {
+  int64_t V, D, L, H;
+  int64_t q_lora, kv_lora, dqk, dv;
+  int64_t Hi, dI, topk, pool;
+  int64_t Hl, dl, conv_k;
+  bool has_lower;
+  float lower;
+  int64_t Id, E, top_k, I, n_shared, n_group, topk_group;
+  bool norm_topk;
+  float routed_scaling, swiglu_limit;
+  int64_t n, sinkhorn;
+  float hc_eps, eps;
+  bool tie;
+  std::vector<bool> is_dsa, is_sparse, shared_index;  // per layer
+};
+
+[[noreturn]] void bad_field(const std::string& field, const std::string& expected, const std::string& found) {
+  raise("E_CFG_FIELD_VALUE", Where{"config.json", "", field}, expected, found);
+}
+
+std::vector<std::string> str_list(const nlohmann::json& c, const char* key) {
+  std::vector<std::string> out;
+  if (c.contains(key) && c[key].is_array())
+    for (const auto& v : c[key]) out.push_back(v.get<std::string>());
+  return out;
+}
+
+GlmConfig read_config(const nlohmann::json& c) {
+  GlmConfig k{};
+  k.V = cfg_int(c, "vocab_size");
+  k.D = cfg_int(c, "hidden_size");
+  k.L = cfg_int(c, "num_hidden_layers");
+  k.H = cfg_int(c, "num_attention_heads");
+  if (cfg_int(c, "num_key_value_heads", k.H) != k.H)
+    bad_field("num_key_value_heads", "num_attention_heads",
+              std::to_string(cfg_int(c, "num_key_value_heads")));
+  k.q_lora = cfg_int(c, "q_lora_rank");
+  k.kv_lora = cfg_int(c, "kv_lora_rank");
+  if (cfg_int(c, "qk_rope_head_dim", 0) != 0)
+    bad_field("qk_rope_head_dim", "0 (NoPE)", std::to_string(cfg_int(c, "qk_rope_head_dim")));
+  k.dqk = cfg_int(c, "qk_nope_head_dim");
+  k.dv = cfg_int(c, "v_head_dim");
+  k.Hi = cfg_int(c, "index_n_heads");
+  k.dI = cfg_int(c, "index_head_dim");
+  k.topk = cfg_int(c, "index_topk");
+  k.pool = cfg_int(c, "index_kpool", 16);
+  if (k.pool < 1 || k.topk % k.pool != 0)
+    bad_field("index_topk", "a multiple of index_kpool", std::to_string(k.topk));
+  if (!cfg_bool(c, "index_kpool_always_select_tail", true))
+    bad_field("index_kpool_always_select_tail", "true", "false");
+  // KDA: linear_attn_config (when present) overrides the flat fields, as in transformers.
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json& la = c.contains("linear_attn_config") && c["linear_attn_config"].is_object()
+                                 ? c["linear_attn_config"]
+                                 : empty;
+  k.Hl = cfg_int(la, "num_heads", cfg_int(c, "linear_num_heads", 64));
+  k.dl = cfg_int(la, "head_dim", cfg_int(c, "linear_head_dim", 128));
+  k.conv_k = cfg_int(la, "short_conv_kernel_size", cfg_int(c, "linear_conv_kernel_dim", 4));
+  const nlohmann::json* lb = nullptr;
+  if (la.contains("gate_lower_bound") && !la["gate_lower_bound"].is_null())
+    lb = &la["gate_lower_bound"];
+  else if (c.contains("linear_lower_bound") && !c["linear_lower_bound"].is_null())
+    lb = &c["linear_lower_bound"];
+  k.has_lower = lb != nullptr || (la.is_object() && !la.empty() && cfg_bool(la, "safe_gate", true));
+  k.lower = lb ? lb->get<float>() : -5.0f;
+  k.Id = cfg_int(c, "intermediate_size");
+  k.E = cfg_int(c, "n_routed_experts");
+  k.top_k = cfg_int(c, "num_experts_per_tok");
+  k.I = cfg_int(c, "moe_intermediate_size");
+  k.n_shared = cfg_int(c, "n_shared_experts", 1);
+  k.n_group = cfg_int(c, "n_group", 1);
+  k.topk_group = cfg_int(c, "topk_group", 1);
+  k.norm_topk = cfg_bool(c, "norm_topk_prob", true);
+  k.routed_scaling = static_cast<float>(cfg_num(c, "routed_scaling_factor", 1.0));
+  k.swiglu_limit = static_cast<float>(cfg_num(c, "swiglu_limit", 10.0));
+  k.n = cfg_int(c, "hc_mult", 4);
+  k.sinkhorn = cfg_int(c, "hc_sinkhorn_iters", 20);
+  k.hc_eps = static_cast<float>(cfg_num(c, "hc_eps", 1e-6));
+  k.eps = static_cast<float>(cfg_num(c, "rms_norm_eps", 1e-5));
+  k.tie = cfg_bool(c, "tie_word_embeddings", false);
+  // Layer schedules (defaults as transformers' Glm5NextTextConfig).
+  auto lt = str_list(c, "layer_types");
+  if (lt.empty())
+    for (int64_t i = 0; i < k.L; ++i)
+      lt.push_back(i % 4 != 3 ? "linear_attention" : "deepseek_sparse_attention");
+  auto mt = str_list(c, "mlp_layer_types");
+  if (mt.empty())
+    for (int64_t i = 0; i < k.L; ++i) mt.push_back(i < 3 ? "dense" : "sparse");
+  auto it = str_list(c, "indexer_types");
+  if (it.empty()) it.assign(k.L, "full");
+  if (static_cast<int64_t>(lt.size()) != k.L || static_cast<int64_t>(mt.size()) != k.L ||
+      static_cast<int64_t>(it.size()) != k.L)
+    bad_field("layer_types", std::to_string(k.L) + " entries per schedule",
+              std::to_string(lt.size()) + "/" + std::to_string(mt.size()) + "/" + std::to_string(it.size()));
+  for (int64_t i = 0; i < k.L; ++i) {
+    k.is_dsa.push_back(lt[i] != "linear_attention");
+    k.is_sparse.push_back(mt[i] == "sparse");
+    k.shared_index.push_back(it[i] == "shared");
+    if (k.shared_index[i] && (i == 0 || !k.is_dsa[i] || !k.is_dsa[i - 1] || k.shared_index[i - 1]))
+      bad_field("indexer_types", "\"shared\" only right after a DSA layer with its own indexer",
+                "\"shared\" at layer " + std::to_string(i));
+  }
+  return k;
+}
+
+// ---------------------------------------------------------------------------------------------- weights
+
+struct Mhc {
+  const Weight *fn, *base, *scale;
+};
+
+struct Kda {
+  const Weight *q, *k, *v, *q_conv, *k_conv, *v_conv, *f_a, *f_b, *dt_bias, *A_log, *b, *g_a, *g_b, *o_norm,
+      *o;
+};
+
+struct Dsa {
+  const Weight *q_a, *q_a_norm, *q_b, *kv_a, *kv_a_norm, *kv_b, *o;
+  bool indexer = false;
+  const Weight *wq_b, *wk, *k_norm_w, *k_norm_b, *weights, *gate, *ape;
+};
+
+struct Mlp {
+  bool sparse = false;
+  const Weight *gate = nullptr, *up = nullptr, *down = nullptr;  // dense MLP, or the shared expert
+  const Weight *router = nullptr, *bias = nullptr;
+  std::vector<ExpertWeights> experts;
+};
+
+struct Layer {
+  bool dsa = false;
+  Mhc attn_hc{}, ffn_hc{};
+  const Weight *in_norm = nullptr, *post_norm = nullptr;
+  Kda kda{};
+  Dsa att{};
+  Mlp mlp;
+};
+
+struct NextN {
+  bool present = false;
+  const Weight *enorm, *hnorm, *eh_proj, *head_norm, *head;
+  Layer layer;
+};
+
+// ---------------------------------------------------------------------------------------------- state
+
+struct DsaCache {
+  Tensor latent, keys, gates, pools;  // [cap, kv_lora], [cap, dI] ×2, [cap / P + 1, dI]
+};
+
+struct GlmState : SequenceState {
+  std::vector<Tensor> conv_q, conv_k, conv_v, rec;  // per KDA layer
+  std::vector<DsaCache> dsa;                        // per DSA layer
+  DsaCache draft;
+  int64_t index_ties = 0;   // queries whose indexer top-k was decided by an exact score tie
+  int64_t router_ties = 0;  // tokens whose expert choice was decided by an exact tie
+};
+
+// ---------------------------------------------------------------------------------------------- model
+
+class Glm5Next final : public Model {
+ public:
+  explicit Glm5Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+    info_.family = "glm5_next";
+    info_.vocab_size = c_.V;
+    info_.hidden_size = c_.D;
+    info_.draft_hidden_size = c_.D;
+    info_.eos_ids = cfg_eos_ids(mc.text);
+    info_.max_positions = cfg_int(mc.text, "max_position_embeddings", 0);
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<TensorDecl> declare() const override {
+    std::vector<TensorDecl> d;
+    const std::string P = mc_.prefix;
+    d.push_back({P + "embed_tokens.weight", {c_.V, c_.D}});
+    d.push_back({P + "norm.weight", {c_.D}});
+    if (!c_.tie) d.push_back({"lm_head.weight", {c_.V, c_.D}});
+    for (int64_t l = 0; l < c_.L; ++l) {
+      const std::string p = P + "layers." + std::to_string(l) + ".";
+      const int64_t mix = (2 + c_.n) * c_.n;
+      for (const char* site : {"attn", "ffn"}) {
+        d.push_back({p + "hc_" + site + "_fn", {mix, c_.n * c_.D}});
+        d.push_back({p + "hc_" + site + "_base", {mix}});
+        d.push_back({p + "hc_" + site + "_scale", {3}});
+      }
+      declare_block(d, p, c_.is_dsa[l], !c_.shared_index[l], c_.is_sparse[l], false);
+    }
+    // NextN layer at index L (optional; transformers' own exports drop it).
+    const std::string x = P + "layers." + std::to_string(c_.L) + ".";
+    d.push_back({x + "enorm.weight", {c_.D}, true});
+    d.push_back({x + "hnorm.weight", {c_.D}, true});
+    d.push_back({x + "eh_proj.weight", {c_.D, 2 * c_.D}, true});
+    d.push_back({x + "shared_head.norm.weight", {c_.D}, true});
+    d.push_back({x + "shared_head.head.weight", {c_.V, c_.D}, true});
+    declare_block(d, x, true, true, true, true);
+    return d;
+  }
+
+  void bind(Backend& be, const WeightSet& w) override {
+    const std::string P = mc_.prefix;
+    embed_ = &w.get(P + "embed_tokens.weight");
+    norm_ = &w.get(P + "norm.weight");
+    lm_head_ = c_.tie ? embed_ : &w.get("lm_head.weight");
+    layers_.resize(c_.L);
+    for (int64_t l = 0; l < c_.L; ++l) {
+      const std::string p = P + "layers." + std::to_string(l) + ".";
+      Layer& L = layers_[l];
+      L = bind_block(w, p, c_.is_dsa[l], !c_.shared_index[l], c_.is_sparse[l]);
+      L.attn_hc = {&w.get(p + "hc_attn_fn"), &w.get(p + "hc_attn_base"), &w.get(p + "hc_attn_scale")};
+      L.ffn_hc = {&w.get(p + "hc_ffn_fn"), &w.get(p + "hc_ffn_base"), &w.get(p + "hc_ffn_scale")};
+    }
+    const std::string x = P + "layers." + std::to_string(c_.L) + ".";
+    nextn_.present = w.find(x + "eh_proj.weight") && w.find(x + "self_attn.q_a_proj.weight");
+    if (nextn_.present) {
+      nextn_.enorm = &w.get(x + "enorm.weight");
+      nextn_.hnorm = &w.get(x + "hnorm.weight");
+      nextn_.eh_proj = &w.get(x + "eh_proj.weight");
+      nextn_.head_norm = &w.get(x + "shared_head.norm.weight");
+      nextn_.head = w.find(x + "shared_head.head.weight") ? &w.get(x + "shared_head.head.weight") : lm_head_;
+      nextn_.layer = bind_block(w, x, true, true, true);
+    }
+    info_.has_draft = nextn_.present;
+  }
+
+  std::unique_ptr<SequenceState> new_state(Backend& be, int64_t capacity) const override {
+    auto s = std::make_unique<GlmState>();
+    s->capacity = capacity;
+    const int64_t qd = c_.Hl * c_.dl;
+    s->conv_q.resize(c_.L);
+    s->conv_k.resize(c_.L);
+    s->conv_v.resize(c_.L);
+    s->rec.resize(c_.L);
+    s->dsa.resize(c_.L);
+    for (int64_t l = 0; l < c_.L; ++l) {
+      if (c_.is_dsa[l]) {
+        s->dsa[l] = new_dsa_cache(be, capacity);
+      } else {
+        s->conv_q[l] = be.alloc({qd, c_.conv_k - 1});
+        s->conv_k[l] = be.alloc({qd, c_.conv_k - 1});
+        s->conv_v[l] = be.alloc({qd, c_.conv_k - 1});
+        s->rec[l] = be.alloc({c_.Hl, c_.dl, c_.dl});
+      }
+    }
+    if (nextn_.present) s->draft = new_dsa_cache(be, capacity + 1);
+    return s;
+  }
+
+  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids,
+                        bool all_logits) override {
+    auto& st = static_cast<GlmState&>(base);
+    const int64_t T = static_cast<int64_t>(ids.size()), p0 = st.pos, D = c_.D, n = c_.n;
+    if (p0 + T > st.capacity)
+      raise("E_CONTEXT_FULL", Where{"", "", "tokens"}, "at most " + std::to_string(st.capacity),
+            std::to_string(p0 + T));
+    std::vector<int64_t> tok(ids.begin(), ids.end());
+
+    // X = [E[tok]] × n streams
+    Tensor e = be.alloc({T, D});
+    be.gather_rows(e, *embed_, tok);
+    Tensor X = be.alloc({T, n * D});
+    for (int64_t s = 0; s < n; ++s) be.put_cols(X, e, s * D);
+
+    Tensor post = be.alloc({T, n}), comb = be.alloc({T, n, n}), h = be.alloc({T, D});
+    Tensor shared_sel;  // a full indexer's selection, kept for the "shared" layer right after it
+    for (int64_t l = 0; l < c_.L; ++l) {
+      const Layer& L = layers_[l];
+      be.mhc_pre(h, post, comb, X, *L.attn_hc.fn, *L.attn_hc.base, *L.attn_hc.scale, mhc_spec());
+      be.rms_norm(h, h, L.in_norm, c_.eps, NormKind::Plain);
+      Tensor y;
+      if (L.dsa) {
+        Tensor sel = c_.shared_index[l] ? shared_sel : Tensor();
+        y = dsa(be, L.att, st.dsa[l], h, p0, sel, st.index_ties);
+        const bool next_shares = c_.shared_index[std::min(l + 1, c_.L - 1)] && !c_.shared_index[l];
+        shared_sel = next_shares ? sel : Tensor();
+      } else {
+        y = kda(be, L.kda, st.conv_q[l], st.conv_k[l], st.conv_v[l], st.rec[l], h);
+        shared_sel = Tensor();
+      }
+      be.mhc_post(X, y, post, comb);
+      be.mhc_pre(h, post, comb, X, *L.ffn_hc.fn, *L.ffn_hc.base, *L.ffn_hc.scale, mhc_spec());
+      be.rms_norm(h, h, L.post_norm, c_.eps, NormKind::Plain);
+      y = mlp(be, L.mlp, h, st.router_ties);
+      be.mhc_post(X, y, post, comb);
+    }
+    st.pos += T;
+    st.history.insert(st.history.end(), ids.begin(), ids.end());
+
+    // Unweighted stream mean, then the final norm; this hidden also feeds the NextN layer (§4.13).
+    ForwardResult r;
+    r.hidden = be.alloc({T, D});
+    be.stream_mean(r.hidden, X, static_cast<int>(n));
+    be.rms_norm(r.hidden, r.hidden, norm_, c_.eps, NormKind::Plain);
+    Tensor last = all_logits ? r.hidden : r.hidden.slice(T - 1, 1);
+    r.logits = be.alloc({last.rows(), c_.V});
+    be.matmul(r.logits, last, *lm_head_);
+    return r;
+  }
+
+  ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
+                      std::span<const int32_t> next_ids) override {
+    if (!nextn_.present) return Model::draft(be, base, hidden, next_ids);
+    auto& st = static_cast<GlmState&>(base);
+    const int64_t T = static_cast<int64_t>(next_ids.size()), p0 = st.draft_pos, D = c_.D;
+    if (hidden.rows() != T || hidden.cols() != D)
+      backend_shape_error("glm5_next draft", "hidden [" + std::to_string(T) + ", " + std::to_string(D) + "]",
+                          hidden.shape_str());
+    if (p0 + T > st.draft.latent.dim(0))
+      raise("E_CONTEXT_FULL", Where{"", "", "draft tokens"},
+            "at most " + std::to_string(st.draft.latent.dim(0)), std::to_string(p0 + T));
+    std::vector<int64_t> tok(next_ids.begin(), next_ids.end());
+    // x = W_eh [RMSNorm(E[tok]; enorm) ; RMSNorm(h; hnorm)]   (embedding first)
+    Tensor e = be.alloc({T, D}), hn = be.alloc({T, D}), cat = be.alloc({T, 2 * D});
+    be.gather_rows(e, *embed_, tok);
+    be.rms_norm(e, e, nextn_.enorm, c_.eps, NormKind::Plain);
+    be.rms_norm(hn, hidden, nextn_.hnorm, c_.eps, NormKind::Plain);
+    be.put_cols(cat, e, 0);
+    be.put_cols(cat, hn, D);
+    Tensor x = be.alloc({T, D});
+    be.matmul(x, cat, *nextn_.eh_proj);
+    // A plain pre-norm residual block (no mHC) with its own DSA caches.
+    const Layer& L = nextn_.layer;
+    Tensor h = be.alloc({T, D});
+    be.rms_norm(h, x, L.in_norm, c_.eps, NormKind::Plain);
+    Tensor none;
+    Tensor y = dsa(be, L.att, st.draft, h, p0, none, st.index_ties);
+    be.add(x, x, y);
+    be.rms_norm(h, x, L.post_norm, c_.eps, NormKind::Plain);
+    y = mlp(be, L.mlp, h, st.router_ties);
+    be.add(x, x, y);
+    be.rms_norm(x, x, nextn_.head_norm, c_.eps, NormKind::Plain);
+    st.draft_pos += T;
+    ForwardResult r;
+    r.hidden = x;
+    r.logits = be.alloc({T, c_.V});
+    be.matmul(r.logits, x, *nextn_.head);
+    return r;
+  }
+
+ private:
+  MhcSpec mhc_spec() const {
+    MhcSpec s;
+    s.n = static_cast<int>(c_.n);
+    s.norm_eps = c_.eps;
+    s.hc_eps = c_.hc_eps;
+    s.sinkhorn_iters = static_cast<int>(c_.sinkhorn);
+    return s;
+  }
+
+  // ---- declarations ----
+  void declare_block(std::vector<TensorDecl>& d, const std::string& p, bool dsa, bool indexer, bool sparse,
+                     bool opt) const {
+    d.push_back({p + "input_layernorm.weight", {c_.D}, opt});
+    d.push_back({p + "post_attention_layernorm.weight", {c_.D}, opt});
+    const std::string a = p + "self_attn.";
+    if (dsa) {
+      d.push_back({a + "q_a_proj.weight", {c_.q_lora, c_.D}, opt});
+      d.push_back({a + "q_a_layernorm.weight", {c_.q_lora}, opt});
+      d.push_back({a + "q_b_proj.weight", {c_.H * c_.dqk, c_.q_lora}, opt});
+      d.push_back({a + "kv_a_proj_with_mqa.weight", {c_.kv_lora, c_.D}, opt});
+      d.push_back({a + "kv_a_layernorm.weight", {c_.kv_lora}, opt});
+      d.push_back({a + "kv_b_proj.weight", {c_.H * (c_.dqk + c_.dv), c_.kv_lora}, opt});
+      d.push_back({a + "o_proj.weight", {c_.D, c_.H * c_.dv}, opt});
+      if (indexer) {
+        d.push_back({a + "indexer.wq_b.weight", {c_.Hi * c_.dI, c_.q_lora}, opt});
+        d.push_back({a + "indexer.wk.weight", {c_.dI, c_.D}, opt});
+        d.push_back({a + "indexer.k_norm.weight", {c_.dI}, opt});
+        d.push_back({a + "indexer.k_norm.bias", {c_.dI}, opt});
+        d.push_back({a + "indexer.weights_proj.weight", {c_.Hi, c_.D}, opt});
+        d.push_back({a + "indexer.index_kpool_compress_gate", {c_.dI, c_.D}, opt});
+        d.push_back({a + "indexer.index_kpool_compress_ape", {c_.pool, c_.dI}, opt});
+      }
+    } else {
+      const int64_t qd = c_.Hl * c_.dl;
+      for (const char* pr : {"q_proj", "k_proj", "v_proj"})
+        d.push_back({a + pr + ".weight", {qd, c_.D}, opt});
+      for (const char* cv : {"q_conv1d", "k_conv1d", "v_conv1d"})
+        d.push_back({a + cv + ".weight", {qd, 1, c_.conv_k}, opt});
+      d.push_back({a + "f_a_proj.weight", {c_.dl, c_.D}, opt});
+      d.push_back({a + "f_b_proj.weight", {qd, c_.dl}, opt});
+      d.push_back({a + "dt_bias", {qd}, opt});
+      d.push_back(
+          {a + "A_log", {}, opt});  // [H] or Kimi-style [1, 1, H, 1]: checked by element count in kda_gate
+      d.push_back({a + "b_proj.weight", {c_.Hl, c_.D}, opt});
+      d.push_back({a + "g_a_proj.weight", {c_.dl, c_.D}, opt});
+      d.push_back({a + "g_b_proj.weight", {qd, c_.dl}, opt});
+      d.push_back({a + "o_norm.weight", {c_.dl}, opt});
+      d.push_back({a + "o_proj.weight", {c_.D, qd}, opt});
+    }
+    const std::string m = p + "mlp.";
+    if (sparse) {
+      d.push_back({m + "gate.weight", {c_.E, c_.D}, opt});
+      d.push_back({m + "gate.e_score_correction_bias", {c_.E}, opt});
+      for (int64_t e = 0; e < c_.E; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        d.push_back({x + "gate_proj.weight", {c_.I, c_.D}, opt});
+        d.push_back({x + "up_proj.weight", {c_.I, c_.D}, opt});
+        d.push_back({x + "down_proj.weight", {c_.D, c_.I}, opt});
+      }
+      const int64_t Is = c_.I * c_.n_shared;
+      d.push_back({m + "shared_experts.gate_proj.weight", {Is, c_.D}, opt});
+      d.push_back({m + "shared_experts.up_proj.weight", {Is, c_.D}, opt});
+      d.push_back({m + "shared_experts.down_proj.weight", {c_.D, Is}, opt});
+    } else {
+      d.push_back({m + "gate_proj.weight", {c_.Id, c_.D}, opt});
+      d.push_back({m + "up_proj.weight", {c_.Id, c_.D}, opt});
+      d.push_back({m + "down_proj.weight", {c_.D, c_.Id}, opt});
+    }
+  }
+
+  Layer bind_block(const WeightSet& w, const std::string& p, bool dsa, bool indexer, bool sparse) const {
+    Layer L;
+    L.dsa = dsa;
+    L.in_norm = &w.get(p + "input_layernorm.weight");
+    L.post_norm = &w.get(p + "post_attention_layernorm.weight");
+    const std::string a = p + "self_attn.";
+    if (dsa) {
+      L.att.q_a = &w.get(a + "q_a_proj.weight");
+      L.att.q_a_norm = &w.get(a + "q_a_layernorm.weight");
+      L.att.q_b = &w.get(a + "q_b_proj.weight");
+      L.att.kv_a = &w.get(a + "kv_a_proj_with_mqa.weight");
+      L.att.kv_a_norm = &w.get(a + "kv_a_layernorm.weight");
+      L.att.kv_b = &w.get(a + "kv_b_proj.weight");
+      L.att.o = &w.get(a + "o_proj.weight");
+      L.att.indexer = indexer;
+      if (indexer) {
+        L.att.wq_b = &w.get(a + "indexer.wq_b.weight");
+        L.att.wk = &w.get(a + "indexer.wk.weight");
+        L.att.k_norm_w = &w.get(a + "indexer.k_norm.weight");
+        L.att.k_norm_b = &w.get(a + "indexer.k_norm.bias");
+        L.att.weights = &w.get(a + "indexer.weights_proj.weight");
+        L.att.gate = &w.get(a + "indexer.index_kpool_compress_gate");
+        L.att.ape = &w.get(a + "indexer.index_kpool_compress_ape");
+      }
+    } else {
+      L.kda = {&w.get(a + "q_proj.weight"),   &w.get(a + "k_proj.weight"),   &w.get(a + "v_proj.weight"),
+               &w.get(a + "q_conv1d.weight"), &w.get(a + "k_conv1d.weight"), &w.get(a + "v_conv1d.weight"),
+               &w.get(a + "f_a_proj.weight"), &w.get(a + "f_b_proj.weight"), &w.get(a + "dt_bias"),
+               &w.get(a + "A_log"),           &w.get(a + "b_proj.weight"),   &w.get(a + "g_a_proj.weight"),
+               &w.get(a + "g_b_proj.weight"), &w.get(a + "o_norm.weight"),   &w.get(a + "o_proj.weight")};
+    }
+    const std::string m = p + "mlp.";
+    L.mlp.sparse = sparse;
+    if (sparse) {
+      L.mlp.router = &w.get(m + "gate.weight");
+      L.mlp.bias = &w.get(m + "gate.e_score_correction_bias");
+      for (int64_t e = 0; e < c_.E; ++e) {
+        const std::string x = m + "experts." + std::to_string(e) + ".";
+        L.mlp.experts.push_back(
+            {&w.get(x + "gate_proj.weight"), &w.get(x + "up_proj.weight"), &w.get(x + "down_proj.weight")});
+      }
+      L.mlp.gate = &w.get(m + "shared_experts.gate_proj.weight");
+      L.mlp.up = &w.get(m + "shared_experts.up_proj.weight");
+      L.mlp.down = &w.get(m + "shared_experts.down_proj.weight");
+    } else {
+      L.mlp.gate = &w.get(m + "gate_proj.weight");
+      L.mlp.up = &w.get(m + "up_proj.weight");
+      L.mlp.down = &w.get(m + "down_proj.weight");
+    }
+    return L;
+  }
+
+  DsaCache new_dsa_cache(Backend& be, int64_t cap) const {
+    DsaCache d;
+    d.latent = be.alloc({cap, c_.kv_lora});
+    d.keys = be.alloc({cap, c_.dI});
+    d.gates = be.alloc({cap, c_.dI});
+    d.pools = be.alloc({cap / c_.pool + 1, c_.dI});
+    return d;
+  }
+
+  // ---- the math ----
+
+  // KDA (§4.6): short convs, per-channel forget gate, delta rule, sigmoid-gated F32 norm.
+  Tensor kda(Backend& be, const Kda& w, Tensor& cq, Tensor& ck, Tensor& cv, Tensor& rec,
+             const Tensor& h) const {
+    const int64_t T = h.rows(), qd = c_.Hl * c_.dl;
+    auto proj_conv = [&](const Weight& proj, const Weight& conv, Tensor& state) {
+      Tensor x = be.alloc({T, qd}), y = be.alloc({T, c_.Hl, c_.dl});
+      be.matmul(x, h, proj);
+      Tensor y2 = y.view({T, qd});
+      be.causal_conv1d(y2, x, conv, state, 1, Act::Silu);
+      return y;
+    };
+    Tensor q = proj_conv(*w.q, *w.q_conv, cq);
+    Tensor k = proj_conv(*w.k, *w.k_conv, ck);
+    Tensor v = proj_conv(*w.v, *w.v_conv, cv);
+    Tensor fa = be.alloc({T, c_.dl}), f = be.alloc({T, qd});
+    be.matmul(fa, h, *w.f_a);
+    be.matmul(f, fa, *w.f_b);
+    Tensor g = be.alloc({T, c_.Hl, c_.dl});
+    be.kda_gate(g, f, *w.dt_bias, *w.A_log, c_.has_lower, c_.lower);
+    Tensor beta = be.alloc({T, c_.Hl});
+    be.matmul(beta, h, *w.b);
+    be.activate(beta, beta, Act::Sigmoid);
+    Tensor o = be.alloc({T, c_.Hl, c_.dl});
+    be.kda_rule(o, q, k, v, g, beta, rec, T > 1);
+    Tensor ga = be.alloc({T, c_.dl}), gate = be.alloc({T, qd});
+    be.matmul(ga, h, *w.g_a);
+    be.matmul(gate, ga, *w.g_b);
+    Tensor on = be.alloc({T, qd});
+    be.rms_norm_gated(on, o.view({T, qd}), gate, *w.o_norm, c_.eps, Act::Sigmoid);
+    Tensor y = be.alloc({T, c_.D});
+    be.matmul(y, on, *w.o);
+    return y;
+  }
+
+  // MLA-DSA (§4.7). `sel` in: a shared selection for a layer without indexer; out: this layer's selection.
+  Tensor dsa(Backend& be, const Dsa& w, DsaCache& cache, const Tensor& h, int64_t slot0, Tensor& sel,
+             int64_t& ties) const {
+    const int64_t T = h.rows(), S = slot0 + T;
+    Tensor qa = be.alloc({T, c_.q_lora});
+    be.matmul(qa, h, *w.q_a);
+    be.rms_norm(qa, qa, w.q_a_norm, c_.eps, NormKind::Plain);  // q_res
+    Tensor q = be.alloc({T, c_.H, c_.dqk});
+    Tensor q2 = q.view({T, c_.H * c_.dqk});
+    be.matmul(q2, qa, *w.q_b);
+    Tensor lat = cache.latent.slice(slot0, T);
+    be.matmul(lat, h, *w.kv_a);
+    be.rms_norm(lat, lat, w.kv_a_norm, c_.eps, NormKind::Plain);
+    if (w.indexer) {
+      Tensor qi = be.alloc({T, c_.Hi, c_.dI});
+      Tensor qi2 = qi.view({T, c_.Hi * c_.dI});
+      be.matmul(qi2, qa, *w.wq_b);
+      Tensor k = be.alloc({T, c_.dI}), gs = be.alloc({T, c_.dI}), wts = be.alloc({T, c_.Hi});
+      be.matmul(k, h, *w.wk);
+      be.layer_norm(k, k, *w.k_norm_w, *w.k_norm_b, 1e-6f);
+      be.matmul(gs, h, *w.gate);
+      be.matmul(wts, h, *w.weights);
+      be.scale(wts, wts, 1.0f / std::sqrt(static_cast<float>(c_.Hi)));
+      be.dsa_index_append(cache.keys, cache.gates, cache.pools, k, gs, slot0, *w.ape);
+      sel = be.alloc({T, S});
+      ties += be.dsa_index_select(sel, qi, wts, cache.pools, slot0, static_cast<int>(c_.pool),
+                                  static_cast<int>(c_.topk));
+    } else if (!sel.defined() || sel.rows() != T || sel.cols() != S) {
+      raise("E_MODEL_SHARED_INDEX", Where{"", "", "indexer_types"}, "a selection from the previous DSA layer",
+            "none");
+    }
+    Tensor o = be.alloc({T, c_.H, c_.dv});
+    be.mla_attention(o, q, cache.latent.slice(0, S), *w.kv_b, slot0,
+                     1.0f / std::sqrt(static_cast<float>(c_.dqk)), sel);
+    Tensor y = be.alloc({T, c_.D});
+    be.matmul(y, o.view({T, c_.H * c_.dv}), *w.o);
+    return y;
+  }
+
+  // Dense clamped SwiGLU MLP, or sigmoid-routed experts plus the ungated shared expert (§4.8).
+  Tensor mlp(Backend& be, const Mlp& m, const Tensor& h, int64_t& ties) const {
+    const int64_t T = h.rows();
+    const int64_t inner = m.gate->rows();
+    Tensor g = be.alloc({T, inner}), u = be.alloc({T, inner}), y = be.alloc({T, c_.D});
+    be.matmul(g, h, *m.gate);
+    be.matmul(u, h, *m.up);
+    be.swiglu(g, g, u, c_.swiglu_limit);
+    be.matmul(y, g, *m.down);
+    if (!m.sparse) return y;
+    Tensor logits = be.alloc({T, c_.E});
+    be.matmul(logits, h, *m.router);
+    Tensor ids = be.alloc({T, c_.top_k}, ElemType::I32), wts = be.alloc({T, c_.top_k});
+    SigmoidRouterSpec rs;
+    rs.top_k = static_cast<int>(c_.top_k);
+    rs.n_group = static_cast<int>(c_.n_group);
+    rs.topk_group = static_cast<int>(c_.topk_group);
+    rs.renormalize = c_.norm_topk;
+    rs.routed_scaling = c_.routed_scaling;
+    ties += be.route_sigmoid_topk(ids, wts, logits, m.bias, rs);
+    Tensor routed = be.alloc({T, c_.D});
+    be.moe_experts(routed, h, ids, wts, m.experts, c_.swiglu_limit);
+    be.add(y, routed, y);
+    return y;
+  }
+
+  ModelConfig mc_;
+  GlmConfig c_;
+  ModelInfo info_;
+  const Weight *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
+  std::vector<Layer> layers_;
+  NextN nextn_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_glm5_next(const ModelConfig& config) {
+  return std::make_unique<Glm5Next>(config);
+}
+
+}  // namespace bloomery
