@@ -43,11 +43,21 @@ def _global_from_amax(amax):
     return F32(1.0) if amax == 0 else F32(amax / F32(E2M1_MAX * E4M3_MAX))
 
 
-def quantize_nvfp4(w, input_amax=None, clamp_scales=True):
+def nvfp4_global_for(amax):
+    """The ModelOpt global multiplier for an amax: amax/(6·448) in f32 (1.0 for amax 0)."""
+    return _global_from_amax(amax)
+
+
+def quantize_nvfp4(w, input_amax=None, clamp_scales=True, global_scale=None):
     """ModelOpt NVFP4: weight U8 [N,K/2], weight_scale F8_E4M3 [N,K/16], weight_scale_2 F32 [],
-    input_scale F32 [] (only when input_amax is given: = input_amax/(6·448))."""
+    input_scale F32 [] (only when input_amax is given: = input_amax/(6·448)).
+    global_scale: use this weight_scale_2 instead of amax(w)/(6·448) (ModelOpt shares one between gate and up;
+    blocks whose scale would exceed 448 are clamped to 448 when clamp_scales, so choose g >= amax/(6·448))."""
     w = np.asarray(w, dtype=np.float32)
-    g = _global_from_amax(np.max(np.abs(w)) if w.size else 0)
+    if global_scale is not None:
+        g = F32(global_scale)
+    else:
+        g = _global_from_amax(np.max(np.abs(w)) if w.size else 0)
     packed, scales = _quantize_core(w, g, clamp_scales)
     parts = {"weight": ("U8", packed), "weight_scale": ("F8_E4M3", scales),
              "weight_scale_2": _scalar("F32", g, ())}
@@ -56,9 +66,9 @@ def quantize_nvfp4(w, input_amax=None, clamp_scales=True):
     return parts
 
 
-def quantize_w4a16_nvfp4(w, clamp_scales=True):
+def quantize_w4a16_nvfp4(w, clamp_scales=True, global_scale=None):
     """W4A16_NVFP4: the NVFP4 tensors without input_scale (§6.4)."""
-    return quantize_nvfp4(w, input_amax=None, clamp_scales=clamp_scales)
+    return quantize_nvfp4(w, input_amax=None, clamp_scales=clamp_scales, global_scale=global_scale)
 
 
 def quantize_nvfp4_ct(w, input_amax=None, clamp_scales=True):
