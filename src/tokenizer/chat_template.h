@@ -24,10 +24,14 @@ class ChatTemplate {
   static ChatTemplate from_source(std::string source, std::string origin_for_errors);
 
   // context: {messages, tools?, add_generation_prompt, enable_thinking?, bos_token, eos_token, ...}; its
-  // top-level keys become template variables. Pass ordered_json (e.g. ordered_json::parse of the request) so
-  // key order, which `tojson` prints, is the request's order, as in Python. Errors: E_TPL_RAISE (the
-  // template called raise_exception; the note holds its message), E_TPL_RENDER (what Python Jinja2 would
-  // raise too), E_TPL_UNSUPPORTED (a construct reached at render that bloomery does not implement).
+  // top-level keys become template variables. To match transformers' apply_chat_template exactly, pass what
+  // it passes: messages, tools (null when the request has none), documents (null), add_generation_prompt,
+  // the tokenizer's special tokens (bos_token, eos_token, unk_token, pad_token, ... from
+  // tokenizer_config.json; null when unset), and the chat_template_kwargs (enable_thinking, ...) on top. Pass
+  // ordered_json (e.g. ordered_json::parse of the request) so key order, which `tojson` prints, is the
+  // request's order, as in Python. Errors: E_TPL_RAISE (the template called raise_exception; the note holds
+  // its message), E_TPL_RENDER (what Python Jinja2 would raise too), E_TPL_UNSUPPORTED (a construct reached
+  // at render that bloomery does not implement).
   std::string render(const nlohmann::ordered_json& context) const;
   // Same, from nlohmann::json (whose objects are key-sorted: tojson output follows that order).
   std::string render(const nlohmann::json& context) const;

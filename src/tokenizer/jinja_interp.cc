@@ -243,6 +243,12 @@ Value Interpreter::make_macro(const Stmt& s, const ScopePtr& scope) {
 Value Interpreter::call(const Value& callee, CallArgs& args) {
   if (callee.kind == Kind::Undefined) fail("'" + *callee.s + "' is undefined");
   if (callee.kind != Kind::Callable) fail("'" + type_name(callee) + "' object is not callable");
+  if (call_depth_ >= 200) fail("maximum macro recursion depth (200) exceeded");
+  ++call_depth_;
+  struct Leave {
+    int& depth;
+    ~Leave() { --depth; }
+  } leave{call_depth_};
   return callee.fn->fn(*this, args);
 }
 

@@ -46,6 +46,7 @@ class Interpreter {
   Value make_macro(const Stmt& s, const ScopePtr& scope);
 
   std::string* out_ = nullptr;
+  int call_depth_ = 0;  // macro nesting; Python stops runaway recursion too (RecursionError)
 };
 
 }  // namespace bloomery::jinja
