@@ -441,7 +441,9 @@ struct TensorSourceBuilder {
         !fs::is_regular_file(root / "build-contract.json", ec))
       raise("E_CSF_ROOT", {where, {}, prefix + "checkpoint_root"},
             "a CSF container folder (manifest.json and build-contract.json)", "'" + root.string() + "'");
-    open_container(root, root.string() + "/", src.config_, where);
+    std::string display_base = root.string();
+    while (display_base.size() > 1 && display_base.back() == '/') display_base.pop_back();
+    open_container(root, display_base + "/", src.config_, where);
   }
 
   void open(const fs::path& folder) {

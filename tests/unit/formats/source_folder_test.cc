@@ -256,5 +256,22 @@ TEST(SourceFolder, NotADirectory) {
   expect_error([&] { TensorSource::open(dir / "nothing-here", w); }, "E_FOLDER_NO_WEIGHTS", {"nothing-here"});
 }
 
+TEST(SourceFolder, GgufOnlyIsNotYetReadable) {
+  TempDir dir;
+  write_json(dir / "config.json", plain_config());
+  write_file(dir / "model-00001-of-00002.gguf", "GGUF");
+  Warnings w;
+  expect_error([&] { TensorSource::open(dir.path(), w); }, "E_FOLDER_NO_WEIGHTS",
+               {dir.path().string(), "GGUF"});
+}
+
+TEST(SourceFolder, ShardedWithoutConfig) {
+  ShardedFolder f;
+  f.write();
+  std::filesystem::remove(f.dir / "config.json");
+  Warnings w;
+  expect_error([&] { TensorSource::open(f.dir.path(), w); }, "E_FOLDER_NO_CONFIG", {"config.json"});
+}
+
 }  // namespace
 }  // namespace bloomery::testing
