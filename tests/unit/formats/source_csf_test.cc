@@ -241,5 +241,27 @@ TEST(SourceCsf, ServingFormatVersion) {
                {"config.json", "format_version", "found 2"});
 }
 
+// source_names may list the stored stream names instead of the source scale name.
+TEST(SourceCsf, SourceNamesListingStoredStreams) {
+  Container c;
+  c.contract["source_names"].erase(kScale);
+  c.contract["source_names"][std::string(kScale) + ".nvfp4_csf_fixed"] = "model-00001-of-00002.safetensors";
+  c.contract["source_names"][std::string(kScale) + ".nvfp4_csf_exceptions"] =
+      "model-00001-of-00002.safetensors";
+  c.write();
+  Warnings w;
+  TensorSource src = TensorSource::open(c.dir.path(), w);
+  EXPECT_TRUE(w.empty()) << (w.empty() ? "" : w.summary()[0]);
+  EXPECT_EQ(src.tensors().size(), 4u);
+}
+
+TEST(SourceCsf, ContainerShardStructuralError) {
+  Container c;
+  c.shard1.entries[2].nbytes = 11;
+  c.expect("E_ST_SIZE_MISMATCH",
+           {"tensors/model-00001-of-00002.safetensors", std::string(kScale) + ".nvfp4_csf_exceptions",
+            "expected 12 bytes (U32 [3])"});
+}
+
 }  // namespace
 }  // namespace bloomery::testing
