@@ -200,6 +200,32 @@ Streams concat_rows(const Streams& first, const Streams& second, const Where& wh
   return st;
 }
 
+Streams pad(const Streams& in, uint64_t rows_to, uint64_t cols_to, const Where& where) {
+  if (rows_to < in.rows || cols_to < in.cols)
+    raise("E_CSF_TP_EXTENT", where, fmt::format("a padded size of at least {} × {}", in.rows, in.cols),
+          fmt::format("{} × {}", rows_to, cols_to));
+  check_rc(rows_to, cols_to, where);
+  Streams st;
+  st.rows = rows_to;
+  st.cols = cols_to;
+  st.fixed.assign(fixed_bytes(rows_to, cols_to), 0);
+  const uint64_t sb_in = slab_bytes(in.cols), sb = slab_bytes(cols_to), half_in = in.cols / 2,
+                 half = cols_to / 2;
+  for (uint64_t s = 0; s < in.rows / kSlabRows; ++s) {
+    const uint8_t* src = in.fixed.data() + s * sb_in;
+    uint8_t* dst = st.fixed.data() + s * sb;
+    std::copy(src, src + kSlabRows, dst);
+    for (int i = 0; i < kSlabRows; ++i)
+      std::copy(src + kSlabRows + i * half_in, src + kSlabRows + (i + 1) * half_in,
+                dst + kSlabRows + i * half);
+  }
+  for (uint32_t w : in.exceptions) {
+    const uint64_t pos = w & 0xFFFFFFu;
+    st.exceptions.push_back(uint32_t((pos / in.cols) * cols_to + pos % in.cols) | (w & 0xFF000000u));
+  }
+  return st;
+}
+
 void check_tp_extent(uint64_t intermediate, uint64_t hidden, int tp, const Where& where) {
   if (tp < 1 || intermediate % (64 * uint64_t(tp)) != 0)
     raise("E_CSF_TP_EXTENT", where, fmt::format("intermediate size a multiple of 64·tp = {}", 64 * tp),

@@ -66,6 +66,11 @@ Streams slice(std::span<const uint8_t> fixed, std::span<const uint32_t> exc, uin
 // first.rows · C (the CSF loaders put up first, then gate; §6.8).
 Streams concat_rows(const Streams& first, const Streams& second, const Where& where);
 
+// §8.5 padding (e.g. GLM TP 3: 704 channels per rank): grow to rows_to × cols_to (rows_to % 16 == 0, cols_to
+// even, both ≥ the current size). Padded rows get base 0 and code 0 (scale byte 0); padded columns of
+// existing rows get code 0, i.e. the row's base. Exceptions keep their (rebased) positions.
+Streams pad(const Streams& in, uint64_t rows_to, uint64_t cols_to, const Where& where);
+
 // §8.5 extents: intermediate I % (64·tp) == 0 and hidden D % 128 == 0, else E_CSF_TP_EXTENT.
 void check_tp_extent(uint64_t intermediate, uint64_t hidden, int tp, const Where& where);
 

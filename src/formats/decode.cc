@@ -250,6 +250,12 @@ float nvfp4_global_multiplier(const WeightBytes& w) {
   return w.format == FormatId::NVFP4_CT ? 1.0f / g : g;
 }
 
+float nvfp4_input_multiplier(const WeightBytes& w) {
+  if (w.input_scale.empty() || w.format == FormatId::W4A16_NVFP4) return 0.0f;
+  const float v = scale_value(w.input_dtype, w.input_scale.data(), 0);
+  return w.format == FormatId::NVFP4_CT ? 1.0f / v : v;
+}
+
 void validate_weight_bytes(const WeightBytes& w, const Where& where, Warnings& warnings,
                            bool check_elements) {
   format_info(w.format).validate(w, where, warnings, check_elements);

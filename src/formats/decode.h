@@ -63,6 +63,9 @@ float scale_value(DType dtype, const uint8_t* data, uint64_t index);
 // The f32 multiplier applied after the block product for NVFP4 forms (weight_scale_2, or
 // 1/weight_global_scale).
 float nvfp4_global_multiplier(const WeightBytes& w);
+// The activation global scale as a multiplier (input_scale, or 1/input_global_scale for NVFP4_CT, §6.3);
+// 0 when the weight has none (W4A16 semantics).
+float nvfp4_input_multiplier(const WeightBytes& w);
 
 namespace decoders {
 // Per-format entry points wired into the format table (format_table.cc).

@@ -140,6 +140,26 @@ TEST(Csf, EveryCodecErrorHasItsId) {
   EXPECT_EQ(csf::load_exceptions(le, {}), (std::vector<uint32_t>{0x7E030201u, 0}));
 }
 
+TEST(Csf, PaddingKeepsValuesAndZeroesNewRows) {
+  const uint64_t R = 32, C = 6;
+  const std::vector<uint8_t> s = random_scales(R, C, 5, 0, 250);
+  const csf::Streams st = csf::encode(s.data(), R, C);
+  const csf::Streams p = csf::pad(st, 48, 10, {});
+  const std::vector<uint8_t> out = decode_all(p);
+  for (uint64_t r = 0; r < 48; ++r)
+    for (uint64_t c = 0; c < 10; ++c) {
+      if (r < R && c < C)
+        EXPECT_EQ(out[r * 10 + c], s[r * C + c]);
+      else if (r >= R)
+        EXPECT_EQ(out[r * 10 + c], 0) << "padded rows decode to scale 0";
+      else
+        EXPECT_EQ(out[r * 10 + c], p.fixed[(r / 16) * csf::slab_bytes(10) + r % 16])
+            << "padded columns = base";
+    }
+  EXPECT_EQ(error_id([&] { csf::pad(st, 16, 6, {}); }), "E_CSF_TP_EXTENT");
+  EXPECT_EQ(error_id([&] { csf::pad(st, 40, 6, {}); }), "E_CSF_GEOMETRY");
+}
+
 TEST(Csf, TensorParallelExtents) {
   const uint64_t R = 32, C = 8;
   const std::vector<uint8_t> s = random_scales(R, C, 4);

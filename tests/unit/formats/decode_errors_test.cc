@@ -126,6 +126,10 @@ TEST(DecodeErrors, Nvfp4DecodesHandComputedValues) {
   decode_rows(n.wb, 0, 1, out);
   EXPECT_EQ(out[1], 6.0f);
   EXPECT_EQ(nvfp4_global_multiplier(n.wb), 0.5f);
+  EXPECT_EQ(nvfp4_input_multiplier(n.wb), 0.0f);  // none stored
+  n.input = f32_bytes(4.0f);
+  n.sync();
+  EXPECT_EQ(nvfp4_input_multiplier(n.wb), 0.25f);  // input_global_scale is a divisor too
   EXPECT_EQ(error_id([&] { decode_rows(n.wb, 1, 1, out); }), "E_INTERNAL_DECODE_RANGE");
 }
 
