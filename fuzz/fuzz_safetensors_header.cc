@@ -1,5 +1,5 @@
-// libFuzzer target: the input is a whole safetensors file; its header must be refused by an E_ST_ error or come
-// back satisfying every §2.3 guarantee the loader relies on.
+// libFuzzer target: the input is a whole safetensors file; its header must be refused by an E_ST_ error or
+// come back satisfying every §2.3 guarantee the loader relies on.
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -12,7 +12,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view bytes(reinterpret_cast<const char*>(data), size);
   bloomery::Warnings warnings;
   try {
-    const bloomery::SafetensorsHeader h = bloomery::parse_safetensors_bytes(bytes, size, "fuzz.safetensors", warnings);
+    const bloomery::SafetensorsHeader h =
+        bloomery::parse_safetensors_bytes(bytes, size, "fuzz.safetensors", warnings);
     // Accepted: sorted, in bounds, sized exactly, tiling the data section with no gap or overlap.
     if (h.data_start != 8 + h.header_len || h.data_start + h.data_len != size) __builtin_trap();
     uint64_t cursor = 0;
