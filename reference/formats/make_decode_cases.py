@@ -37,7 +37,7 @@ class Cases:
         self.list = []
 
     def add(self, name, fmt, parts, expected, roles, block=(0, 0), scale_encoding="Plain", warnings=(),
-            shape=None):
+            shape=None, error=None):
         """parts: {suffix: (dtype, array)} or {suffix: (dtype, shape, bytes)}; roles: {part: suffix or [suffixes]}."""
         expected = np.asarray(expected, dtype=np.float32)
         folder = os.path.join(self.out, name)
@@ -53,7 +53,7 @@ class Cases:
         self.list.append({
             "name": name, "format": fmt, "shape": list(shape or expected.shape), "block": list(block),
             "scale_encoding": scale_encoding, "roles": {k: full(v) for k, v in roles.items()},
-            "warnings": list(warnings)})
+            "warnings": list(warnings), "error": error})
 
     def finish(self):
         with open(os.path.join(self.out, "cases.json"), "w") as f:
@@ -224,6 +224,71 @@ def split_cases(c, rng):
           {"main": [f"shard_{j}.weight" for j in range(3)], "global_scale": "weight_scale"})
 
 
+def error_cases(c, rng):
+    """One mutation of a good weight per error id that decode_weight must raise (stored in `error`; `expected`
+    then holds the unmutated decode and is not compared)."""
+    def nv(n=32, k=64):
+        return nvfp4.quantize_nvfp4(weights(rng, n, k), input_amax=1.0)
+    roles = {"main": "weight", "block_scale": "weight_scale", "global_scale": "weight_scale_2",
+             "input_scale": "input_scale"}
+    csf_roles = {"main": "weight", "csf_fixed": "weight_scale.nvfp4_csf_fixed",
+                 "csf_exceptions": "weight_scale.nvfp4_csf_exceptions", "global_scale": "weight_scale_2",
+                 "input_scale": "input_scale"}
+
+    p = nv()
+    p["weight_scale"][1][3, 2] = 0x7F
+    c.add("err_nvfp4_scale_nan", "NVFP4", p, np.zeros((32, 64)), roles, error="E_NVFP4_SCALE_NAN")
+    p = nv()
+    p["weight_scale_2"] = ("F32", np.float32(np.nan).reshape(()))
+    c.add("err_nvfp4_global_nan", "NVFP4", p, np.zeros((32, 64)), roles, error="E_NVFP4_GLOBAL_NONFINITE")
+    p = nv()
+    p["weight_scale"] = ("F8_E4M3", p["weight_scale"][1][:, :3])
+    c.add("err_nvfp4_scale_shape", "NVFP4", p, np.zeros((32, 64)), roles, error="E_NVFP4_SCALE_SHAPE")
+    p = nv()
+    del p["weight_scale_2"]
+    r = dict(roles)
+    del r["global_scale"]
+    c.add("err_nvfp4_global_missing", "NVFP4", p, np.zeros((32, 64)), r, error="E_NVFP4_GLOBAL_MISSING")
+
+    # CSF: an exception that writes a NaN scale byte; unsorted exceptions; a base above 240; a bad fixed size.
+    p = nv()
+    p["weight_scale"][1][-1, :] = [0x20, 0x20, 0x20, 0x7F]  # 0x7F lies outside the row's window
+    p = csf.csf_parts(p)
+    assert p["weight_scale.nvfp4_csf_exceptions"][1][-1] == (32 * 4 - 1) | (0x7F << 24)
+    c.add("err_csf_exception_nan", "NVFP4", p, np.zeros((32, 64)), csf_roles, scale_encoding="NvFp4Csf",
+          error="E_NVFP4_SCALE_NAN")
+    p = csf.csf_parts(nv())
+    p["weight_scale.nvfp4_csf_exceptions"] = ("U32", np.array([9, 4], dtype=np.uint32))
+    c.add("err_csf_exc_order", "NVFP4", p, np.zeros((32, 64)), csf_roles, scale_encoding="NvFp4Csf",
+          error="E_CSF_EXC_ORDER")
+    p = csf.csf_parts(nv())
+    p["weight_scale.nvfp4_csf_exceptions"] = ("U32", np.array([32 * 4], dtype=np.uint32))
+    c.add("err_csf_exc_range", "NVFP4", p, np.zeros((32, 64)), csf_roles, scale_encoding="NvFp4Csf",
+          error="E_CSF_EXC_RANGE")
+    p = csf.csf_parts(nv())
+    p["weight_scale.nvfp4_csf_fixed"][1][16 + 2 * 16 + 5] = 241  # slab 1, row 5's base
+    c.add("err_csf_base_range", "NVFP4", p, np.zeros((32, 64)), csf_roles, scale_encoding="NvFp4Csf",
+          error="E_CSF_BASE_RANGE")
+    p = csf.csf_parts(nv())
+    p["weight_scale.nvfp4_csf_fixed"] = ("U8", p["weight_scale.nvfp4_csf_fixed"][1][:-16])
+    c.add("err_csf_geometry", "NVFP4", p, np.zeros((32, 64)), csf_roles, scale_encoding="NvFp4Csf",
+          error="E_CSF_GEOMETRY")
+
+    p = mxfp.quantize_mxfp8(weights(rng, 8, 64))
+    p["weight_scale"][1][5, 1] = 0xFF
+    c.add("err_mx_scale_nan", "MXFP8", p, np.zeros((8, 64)), {"main": "weight", "block_scale": "weight_scale"},
+          error="E_MX_SCALE_NAN")
+    p = fp8.quantize_fp8_block(weights(rng, 40, 40), block=(32, 32), scale_dtype="F32")
+    p["weight_scale_inv"][1][1, 0] = -1.0
+    c.add("err_fp8_scale_negative", "FP8_BLOCK", p, np.zeros((40, 40)),
+          {"main": "weight", "block_scale": "weight_scale_inv"}, block=(32, 32), error="E_FP8_SCALE_NONFINITE")
+    p = nvfp4.quantize_nvfp4_ct(weights(rng, 16, 32))
+    p["weight_global_scale"] = ("F32", np.zeros(1, dtype=np.float32))
+    c.add("err_ct_global_zero", "NVFP4_CT", p, np.zeros((16, 32)),
+          {"main": "weight_packed", "block_scale": "weight_scale", "global_scale": "weight_global_scale"},
+          error="E_CT_GLOBAL_NONPOSITIVE")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -237,6 +302,7 @@ def main():
     mx_cases(c, rng)
     fp8_cases(c, rng)
     split_cases(c, rng)
+    error_cases(c, rng)
     c.finish()
     print(f"{len(c.list)} cases in {args.out}")
 
