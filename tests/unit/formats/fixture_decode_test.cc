@@ -32,6 +32,13 @@ TEST(FixtureDecode, EveryWeightMatchesPythonBitExactly) {
   char tmpl[] = "/tmp/bloomery_fixture_decode_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const fs::path tmp = tmpl;
+  struct RemoveOnExit {  // also when an ASSERT leaves the test early
+    fs::path dir;
+    ~RemoveOnExit() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{tmp};
   for (const fs::path& folder : folders) {
     SCOPED_TRACE(folder.filename().string());
     // The Python decode of every main tensor, in a one-file folder TensorSource can open.
@@ -96,8 +103,6 @@ TEST(FixtureDecode, EveryWeightMatchesPythonBitExactly) {
     for (FormatId f : formats) seen += std::string(format_name(f)) + " ";
     std::printf("%s: %zu weights bit-exact (%s)\n", folder.filename().c_str(), matched.size(), seen.c_str());
   }
-  std::error_code ec;
-  fs::remove_all(tmp, ec);
 }
 
 }  // namespace
