@@ -560,16 +560,13 @@ class Qwen4Exp final : public Model {
     be.take_cols(v2, c, 2 * kd);
     Tensor z = be.alloc({T, vd});
     be.matmul(z, u, *w.z);
-    Tensor beta = be.alloc({T, c_.Hv});
-    be.matmul(beta, u, *w.b);
-    be.activate(beta, beta, Act::Sigmoid);
-    Tensor a = be.alloc({T, c_.Hv});
+    Tensor b = be.alloc({T, c_.Hv}), a = be.alloc({T, c_.Hv});
+    be.matmul(b, u, *w.b);
     be.matmul(a, u, *w.a);
-    Tensor g = be.alloc({T, c_.Hv, 1});
-    be.kda_gate(g, a, *w.dt_bias, *w.A_log, false,
-                0.0f);  // g = −exp(A_log)·softplus(a + dt_bias), one per head
+    Tensor g = be.alloc({T, c_.Hv}), beta = be.alloc({T, c_.Hv});
+    be.gdn_gates(g, beta, a, b, *w.A_log, *w.dt_bias);  // g = −exp(A_log)·softplus(a + dt_bias); β = σ(b)
     Tensor o = be.alloc({T, c_.Hv, c_.dv});
-    be.gated_delta_rule(o, q, k, v, g.view({T, c_.Hv}), beta, rec, true, T > 1);
+    be.gated_delta_rule(o, q, k, v, g, beta, rec, true, T > 1);
     Tensor on = be.alloc({T, vd});
     be.rms_norm_gated(on, o.view({T, vd}), z, *w.norm, c_.eps, c_.gdn_gate_act);
     Tensor y = be.alloc({T, c_.D});
@@ -604,8 +601,9 @@ class Qwen4Exp final : public Model {
     Tensor allowed = be.alloc({T, S});
     ties += be.qsa_index_select(allowed, qi, cache.blocks, slot0, spec);
     // attention
-    Tensor qg = be.alloc({T * H, 2 * hd});
+    Tensor qg = be.alloc({T, H * 2 * hd});
     be.matmul(qg, u, *w.q);
+    qg = qg.view({T * H, 2 * hd});
     Tensor q = be.alloc({T, H, hd}), gate = be.alloc({T, H * hd});
     Tensor q2 = q.view({T * H, hd}), gate2 = gate.view({T * H, hd});
     be.take_cols(q2, qg, 0);
