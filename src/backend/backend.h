@@ -193,6 +193,9 @@ class Backend : public virtual FamilyOps {
   // holds the previous inputs (oldest first) and is updated. out[T, C] = act(conv). Not in place.
   virtual void causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
                              Act act) = 0;
+  // GDN gates per value head: g = −exp(A_log) · softplus(a + dt_bias), beta = σ(b); a, b, g, beta [T, Hv].
+  virtual void gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
+                         const Weight& dt_bias) = 0;
   // Gated delta rule (models.md §1.6, GDN: one decay per value head). q, k [T, Hk, dk]; v [T, Hv, dv];
   // g [T, Hv] (log decay, ≤ 0); beta [T, Hv]; state [Hv, dk, dv] f32, updated. out[T, Hv, dv].
   // Value head j uses key head j / (Hv / Hk). l2norm_qk: q and k are L2-normalised (eps 1e-6) first; q is

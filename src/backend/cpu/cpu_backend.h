@@ -67,6 +67,8 @@ class CpuBackend final : private PoolHolder, public Backend, public CpuFamilyOps
 
   void causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
                      Act act) override;
+  void gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
+                 const Weight& dt_bias) override;
   void gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor& state, bool l2norm_qk, bool chunked) override;
 };

@@ -37,6 +37,21 @@ void CpuBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Te
   });
 }
 
+void CpuBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
+                           const Weight& dt_bias) {
+  const int64_t Hv = A_log.numel(), T = a.numel() / std::max<int64_t>(1, Hv);
+  need(dt_bias.numel() == Hv && a.numel() == T * Hv && b.numel() == T * Hv && g.numel() == T * Hv &&
+           beta.numel() == T * Hv,
+       "gdn_gates", "a, b, g, beta [T, " + std::to_string(Hv) + "]", a.shape_str() + " " + b.shape_str());
+  const float *A = A_log.dense().f32(), *Db = dt_bias.dense().f32();
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t h = 0; h < Hv; ++h) {
+      const int64_t i = t * Hv + h;
+      g.f32()[i] = -std::exp(A[h]) * act_apply(Act::Softplus, a.f32()[i] + Db[h]);
+      beta.f32()[i] = act_apply(Act::Sigmoid, b.f32()[i]);
+    }
+}
+
 namespace {
 
 struct GdnDims {

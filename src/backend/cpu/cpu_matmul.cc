@@ -33,8 +33,9 @@ void CpuBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int6
   need(x.cols() == K, "matmul", "x [T, " + std::to_string(K) + "] for " + w.name(), x.shape_str());
   need(row0 >= 0 && n >= 0 && row0 + n <= w.rows(), "matmul", "rows within " + shape_string(w.shape()),
        std::to_string(row0) + "+" + std::to_string(n));
-  need(out.rows() == T && out.cols() == n, "matmul",
-       "out [" + std::to_string(T) + ", " + std::to_string(n) + "] for " + w.name(), out.shape_str());
+  need(out.numel() == T * n, "matmul",
+       "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
+       out.shape_str());
   const float* W = w.dense().f32() + row0 * K;
   const float* X = x.f32();
   float* Y = out.f32();

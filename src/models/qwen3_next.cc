@@ -1,0 +1,469 @@
+// qwen3_next (Qwen3-Next-80B-A3B): pre-norm residual stack of Gated DeltaNet and gated full-attention layers,
+// each followed by a softmax top-k MoE with a σ-gated shared expert; one MTP draft layer. The math follows
+// models.md §2 and transformers' modeling_qwen3_next.py, in order.
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "models/model.h"
+#include "models/model_registry.h"
+
+namespace bloomery {
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+struct Config {
+  int64_t V, D, L, H, Hkv, hd;     // vocab, hidden, layers, attention heads, KV heads, head dim
+  int64_t Hk, Hv, dk, dv, conv_k;  // GDN key/value heads and dims, conv kernel
+  int64_t E, top_k, I, Is, Im;     // experts, experts per token, expert / shared / dense intermediate sizes
+  bool norm_topk, tie;
+  float eps;
+  RopeSpec rope;
+  std::vector<bool> full_attn;  // per layer: full attention (else GDN)
+  std::vector<bool> moe;        // per layer: sparse MoE (else dense MLP)
+  int64_t mtp_layers;
+  int64_t max_pos;
+};
+
+Config read_config(const nlohmann::json& c) {
+  Config k{};
+  k.V = cfg_int(c, "vocab_size");
+  k.D = cfg_int(c, "hidden_size");
+  k.L = cfg_int(c, "num_hidden_layers");
+  k.H = cfg_int(c, "num_attention_heads");
+  k.Hkv = cfg_int(c, "num_key_value_heads");
+  k.hd = cfg_int(c, "head_dim", k.D / k.H);
+  k.Hk = cfg_int(c, "linear_num_key_heads");
+  k.Hv = cfg_int(c, "linear_num_value_heads");
+  k.dk = cfg_int(c, "linear_key_head_dim");
+  k.dv = cfg_int(c, "linear_value_head_dim");
+  k.conv_k = cfg_int(c, "linear_conv_kernel_dim", 4);
+  k.E = cfg_int(c, "num_experts");
+  k.top_k = cfg_int(c, "num_experts_per_tok");
+  k.I = cfg_int(c, "moe_intermediate_size");
+  k.Is = cfg_int(c, "shared_expert_intermediate_size");
+  k.Im = cfg_int(c, "intermediate_size", 5632);
+  k.norm_topk = cfg_bool(c, "norm_topk_prob", true);
+  k.tie = cfg_bool(c, "tie_word_embeddings", false);
+  k.eps = static_cast<float>(cfg_num(c, "rms_norm_eps", 1e-6));
+  k.max_pos = cfg_int(c, "max_position_embeddings", 0);
+  // RoPE: rope_parameters (transformers 5) or the legacy top-level keys.
+  const nlohmann::json empty = nlohmann::json::object();
+  const nlohmann::json& rp =
+      c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : empty;
+  const double theta = cfg_num(rp, "rope_theta", cfg_num(c, "rope_theta", 10000.0));
+  const double partial = cfg_num(rp, "partial_rotary_factor", cfg_num(c, "partial_rotary_factor", 0.25));
+  k.rope.theta = theta;
+  k.rope.rot_dim = static_cast<int>(static_cast<double>(k.hd) * partial);
+  k.rope.interleaved = false;
+  // Layer schedule: layer_types when present, else every full_attention_interval-th layer.
+  if (c.contains("layer_types") && c["layer_types"].is_array()) {
+    const auto& lt = c["layer_types"];
+    if (static_cast<int64_t>(lt.size()) != k.L)
+      raise("E_CFG_FIELD_TYPE", Where{"config.json", "", "layer_types"}, std::to_string(k.L) + " entries",
+            std::to_string(lt.size()));
+    for (const auto& t : lt) {
+      std::string s = t.is_string() ? t.get<std::string>() : "";
+      if (s != "linear_attention" && s != "full_attention")
+        raise("E_CFG_FIELD_TYPE", Where{"config.json", "", "layer_types"},
+              "linear_attention or full_attention", t.dump());
+      k.full_attn.push_back(s == "full_attention");
+    }
+  } else {
+    const int64_t interval = cfg_int(c, "full_attention_interval", 4);
+    for (int64_t i = 0; i < k.L; ++i) k.full_attn.push_back((i + 1) % interval == 0);
+  }
+  std::vector<int64_t> mlp_only;
+  if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array())
+    for (const auto& v : c["mlp_only_layers"]) mlp_only.push_back(v.get<int64_t>());
+  const int64_t step = cfg_int(c, "decoder_sparse_step", 1);
+  for (int64_t i = 0; i < k.L; ++i) {
+    bool only = std::find(mlp_only.begin(), mlp_only.end(), i) != mlp_only.end();
+    k.moe.push_back(!only && k.E > 0 && (i + 1) % step == 0);
+  }
+  k.mtp_layers = cfg_int(c, "mtp_num_hidden_layers", cfg_int(c, "num_nextn_predict_layers", 1));
+  return k;
+}
+
+// The weights of one decoder layer (token mixer + MLP), bound by name.
+struct LayerW {
+  const Weight *in_norm, *post_norm;
+  // GDN
+  const Weight *qkvz, *ba, *conv, *A_log, *dt_bias, *gnorm, *out;
+  // gated attention
+  const Weight *q, *k, *v, *o, *q_norm, *k_norm;
+  // MoE
+  const Weight *router, *sh_gate, *sh_up, *sh_down, *sh_gate_w;
+  std::vector<ExpertWeights> experts;
+  // dense MLP
+  const Weight *gate, *up, *down;
+};
+
+class Qwen3NextState : public SequenceState {
+ public:
+  std::vector<Tensor> conv, rec;  // per GDN layer: conv state [conv_dim, K−1], recurrent state [Hv, dk, dv]
+  std::vector<Tensor> kc, vc;     // per attention layer: K, V caches [capacity, Hkv, hd]
+  Tensor draft_k, draft_v;        // the MTP layer's own cache
+};
+
+class Qwen3Next final : public Model {
+ public:
+  explicit Qwen3Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+    info_.family = "qwen3_next";
+    info_.vocab_size = c_.V;
+    info_.hidden_size = c_.D;
+    info_.draft_hidden_size = c_.D;
+    info_.eos_ids = cfg_eos_ids(mc.text);
+    info_.max_positions = c_.max_pos;
+  }
+
+  const ModelInfo& info() const override { return info_; }
+
+  std::vector<TensorDecl> declare() const override {
+    std::vector<TensorDecl> d;
+    const std::string& P = mc_.prefix;
+    d.push_back({P + "embed_tokens.weight", {c_.V, c_.D}});
+    d.push_back({P + "norm.weight", {c_.D}});
+    if (!c_.tie) d.push_back({"lm_head.weight", {c_.V, c_.D}});
+    for (int64_t i = 0; i < c_.L; ++i) declare_layer(d, P + "layers." + std::to_string(i) + ".", i, false);
+    if (c_.mtp_layers > 0) {
+      d.push_back({"mtp.fc.weight", {c_.D, 2 * c_.D}, true});
+      d.push_back({"mtp.pre_fc_norm_embedding.weight", {c_.D}, true});
+      d.push_back({"mtp.pre_fc_norm_hidden.weight", {c_.D}, true});
+      d.push_back({"mtp.norm.weight", {c_.D}, true});
+      declare_layer(d, "mtp.layers.0.", -1, true);
+    }
+    return d;
+  }
+
+  void bind(Backend& be, const WeightSet& w) override {
+    const std::string& P = mc_.prefix;
+    embed_ = &w.get(P + "embed_tokens.weight");
+    norm_ = &w.get(P + "norm.weight");
+    lm_head_ = c_.tie ? embed_ : &w.get("lm_head.weight");
+    layers_.resize(c_.L);
+    for (int64_t i = 0; i < c_.L; ++i)
+      bind_layer(layers_[i], w, P + "layers." + std::to_string(i) + ".", c_.full_attn[i], c_.moe[i]);
+    // The draft layer is used only when every one of its tensors is present.
+    info_.has_draft =
+        c_.mtp_layers > 0 && w.find("mtp.fc.weight") && w.find("mtp.layers.0.self_attn.q_proj.weight");
+    if (info_.has_draft) {
+      mtp_fc_ = &w.get("mtp.fc.weight");
+      mtp_norm_e_ = &w.get("mtp.pre_fc_norm_embedding.weight");
+      mtp_norm_h_ = &w.get("mtp.pre_fc_norm_hidden.weight");
+      mtp_norm_ = &w.get("mtp.norm.weight");
+      bind_layer(mtp_layer_, w, "mtp.layers.0.", true, true);
+    }
+  }
+
+  std::unique_ptr<SequenceState> new_state(Backend& be, int64_t capacity) const override {
+    auto st = std::make_unique<Qwen3NextState>();
+    st->capacity = capacity;
+    const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
+    for (int64_t i = 0; i < c_.L; ++i) {
+      if (c_.full_attn[i]) {
+        st->kc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}));
+        st->vc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}));
+      } else {
+        st->conv.push_back(be.alloc({conv_dim, c_.conv_k - 1}));
+        st->rec.push_back(be.alloc({c_.Hv, c_.dk, c_.dv}));
+      }
+    }
+    if (info_.has_draft) {
+      st->draft_k = be.alloc({capacity, c_.Hkv, c_.hd});
+      st->draft_v = be.alloc({capacity, c_.Hkv, c_.hd});
+    }
+    return st;
+  }
+
+  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids,
+                        bool all_logits) override {
+    auto& st = static_cast<Qwen3NextState&>(base);
+    const int64_t T = static_cast<int64_t>(ids.size());
+    check_room(st.pos, T, st.capacity);
+    std::vector<int64_t> rows(ids.begin(), ids.end());
+    for (int64_t id : rows)
+      if (id < 0 || id >= c_.V)
+        raise("E_TOKEN_RANGE", Where{"", "", "ids"}, "token ids below " + std::to_string(c_.V),
+              std::to_string(id));
+    std::vector<int64_t> pos(T);
+    for (int64_t t = 0; t < T; ++t) pos[t] = st.pos + t;
+
+    Tensor h = be.alloc({T, c_.D});
+    be.gather_rows(h, *embed_, rows);
+    Tensor x = be.alloc({T, c_.D}), y = be.alloc({T, c_.D});
+    size_t gdn_i = 0, attn_i = 0;
+    for (int64_t l = 0; l < c_.L; ++l) {
+      const LayerW& lw = layers_[l];
+      be.rms_norm(x, h, lw.in_norm, c_.eps, NormKind::OnePlus);
+      if (c_.full_attn[l]) {
+        attention(be, lw, x, y, st.kc[attn_i], st.vc[attn_i], st.pos, pos);
+        ++attn_i;
+      } else {
+        gdn(be, lw, x, y, st.conv[gdn_i], st.rec[gdn_i]);
+        ++gdn_i;
+      }
+      be.add(h, h, y);
+      be.rms_norm(x, h, lw.post_norm, c_.eps, NormKind::OnePlus);
+      mlp(be, lw, c_.moe[l], x, y);
+      be.add(h, h, y);
+    }
+    st.pos += T;
+    st.history.insert(st.history.end(), ids.begin(), ids.end());
+
+    ForwardResult r;
+    r.hidden = be.alloc({T, c_.D});
+    be.rms_norm(r.hidden, h, norm_, c_.eps, NormKind::OnePlus);
+    Tensor last = all_logits ? r.hidden : r.hidden.slice(T - 1, 1);
+    r.logits = be.alloc({last.rows(), c_.V});
+    be.matmul(r.logits, last, *lm_head_);
+    return r;
+  }
+
+  // MTP (models.md §2.8): x = W_fc [norm(E[tok]); norm(h)], one full-attention MoE layer at position p+1 with
+  // its own cache, then mtp.norm; the normed output is both the logits' input and the recycled hidden.
+  ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
+                      std::span<const int32_t> next_ids) override {
+    if (!info_.has_draft)
+      raise("E_MODEL_NO_DRAFT", Where{"", "mtp.fc.weight", ""}, "an MTP layer in the checkpoint", "none");
+    auto& st = static_cast<Qwen3NextState&>(base);
+    const int64_t T = static_cast<int64_t>(next_ids.size());
+    if (hidden.rows() != T || hidden.cols() != c_.D)
+      raise("E_BACKEND_SHAPE", Where{"", "", "draft hidden"},
+            "[" + std::to_string(T) + ", " + std::to_string(c_.D) + "]", hidden.shape_str());
+    check_room(st.draft_pos, T, st.capacity);
+    std::vector<int64_t> rows(next_ids.begin(), next_ids.end());
+    std::vector<int64_t> pos(T);
+    for (int64_t t = 0; t < T; ++t) pos[t] = st.draft_pos + 1 + t;  // the draft sits one position ahead
+
+    Tensor e = be.alloc({T, c_.D});
+    be.gather_rows(e, *embed_, rows);
+    Tensor cat = be.alloc({T, 2 * c_.D}), tmp = be.alloc({T, c_.D});
+    be.rms_norm(tmp, e, mtp_norm_e_, c_.eps, NormKind::OnePlus);
+    be.put_cols(cat, tmp, 0);  // embedding first
+    be.rms_norm(tmp, hidden, mtp_norm_h_, c_.eps, NormKind::OnePlus);
+    be.put_cols(cat, tmp, c_.D);
+    Tensor h = be.alloc({T, c_.D});
+    be.matmul(h, cat, *mtp_fc_);
+
+    Tensor x = be.alloc({T, c_.D}), y = be.alloc({T, c_.D});
+    be.rms_norm(x, h, mtp_layer_.in_norm, c_.eps, NormKind::OnePlus);
+    // Cache slot j holds draft row j; its RoPE position is j + 1.
+    attention(be, mtp_layer_, x, y, st.draft_k, st.draft_v, st.draft_pos, pos);
+    be.add(h, h, y);
+    be.rms_norm(x, h, mtp_layer_.post_norm, c_.eps, NormKind::OnePlus);
+    mlp(be, mtp_layer_, true, x, y);
+    be.add(h, h, y);
+    st.draft_pos += T;
+
+    ForwardResult r;
+    r.hidden = be.alloc({T, c_.D});
+    be.rms_norm(r.hidden, h, mtp_norm_, c_.eps, NormKind::OnePlus);
+    r.logits = be.alloc({T, c_.V});
+    be.matmul(r.logits, r.hidden, *lm_head_);
+    return r;
+  }
+
+ private:
+  static void check_room(int64_t used, int64_t T, int64_t capacity) {
+    if (used + T > capacity)
+      raise("E_CONTEXT_FULL", Where{"", "", "capacity"}, "at most " + std::to_string(capacity) + " tokens",
+            std::to_string(used + T));
+  }
+
+  void declare_layer(std::vector<TensorDecl>& d, const std::string& p, int64_t i, bool optional) const {
+    const bool full = i < 0 || c_.full_attn[i];
+    const bool moe = i < 0 || c_.moe[i];
+    auto add = [&](const std::string& n, Shape s) { d.push_back({p + n, std::move(s), optional}); };
+    add("input_layernorm.weight", {c_.D});
+    add("post_attention_layernorm.weight", {c_.D});
+    if (full) {
+      add("self_attn.q_proj.weight", {c_.H * c_.hd * 2, c_.D});
+      add("self_attn.k_proj.weight", {c_.Hkv * c_.hd, c_.D});
+      add("self_attn.v_proj.weight", {c_.Hkv * c_.hd, c_.D});
+      add("self_attn.o_proj.weight", {c_.D, c_.H * c_.hd});
+      add("self_attn.q_norm.weight", {c_.hd});
+      add("self_attn.k_norm.weight", {c_.hd});
+    } else {
+      const int64_t key_dim = c_.Hk * c_.dk, value_dim = c_.Hv * c_.dv;
+      add("linear_attn.in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, c_.D});
+      add("linear_attn.in_proj_ba.weight", {2 * c_.Hv, c_.D});
+      add("linear_attn.conv1d.weight", {2 * key_dim + value_dim, 1, c_.conv_k});
+      add("linear_attn.A_log", {c_.Hv});
+      add("linear_attn.dt_bias", {c_.Hv});
+      add("linear_attn.norm.weight", {c_.dv});
+      add("linear_attn.out_proj.weight", {c_.D, value_dim});
+    }
+    if (moe) {
+      add("mlp.gate.weight", {c_.E, c_.D});
+      for (int64_t e = 0; e < c_.E; ++e) {
+        const std::string ep = "mlp.experts." + std::to_string(e) + ".";
+        add(ep + "gate_proj.weight", {c_.I, c_.D});
+        add(ep + "up_proj.weight", {c_.I, c_.D});
+        add(ep + "down_proj.weight", {c_.D, c_.I});
+      }
+      add("mlp.shared_expert.gate_proj.weight", {c_.Is, c_.D});
+      add("mlp.shared_expert.up_proj.weight", {c_.Is, c_.D});
+      add("mlp.shared_expert.down_proj.weight", {c_.D, c_.Is});
+      add("mlp.shared_expert_gate.weight", {1, c_.D});
+    } else {
+      add("mlp.gate_proj.weight", {c_.Im, c_.D});
+      add("mlp.up_proj.weight", {c_.Im, c_.D});
+      add("mlp.down_proj.weight", {c_.D, c_.Im});
+    }
+  }
+
+  void bind_layer(LayerW& lw, const WeightSet& w, const std::string& p, bool full, bool moe) {
+    lw = LayerW{};
+    auto g = [&](const std::string& n) { return &w.get(p + n); };
+    lw.in_norm = g("input_layernorm.weight");
+    lw.post_norm = g("post_attention_layernorm.weight");
+    if (full) {
+      lw.q = g("self_attn.q_proj.weight");
+      lw.k = g("self_attn.k_proj.weight");
+      lw.v = g("self_attn.v_proj.weight");
+      lw.o = g("self_attn.o_proj.weight");
+      lw.q_norm = g("self_attn.q_norm.weight");
+      lw.k_norm = g("self_attn.k_norm.weight");
+    } else {
+      lw.qkvz = g("linear_attn.in_proj_qkvz.weight");
+      lw.ba = g("linear_attn.in_proj_ba.weight");
+      lw.conv = g("linear_attn.conv1d.weight");
+      lw.A_log = g("linear_attn.A_log");
+      lw.dt_bias = g("linear_attn.dt_bias");
+      lw.gnorm = g("linear_attn.norm.weight");
+      lw.out = g("linear_attn.out_proj.weight");
+    }
+    if (moe) {
+      lw.router = g("mlp.gate.weight");
+      for (int64_t e = 0; e < c_.E; ++e) {
+        const std::string ep = "mlp.experts." + std::to_string(e) + ".";
+        lw.experts.push_back(
+            {g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight")});
+      }
+      lw.sh_gate = g("mlp.shared_expert.gate_proj.weight");
+      lw.sh_up = g("mlp.shared_expert.up_proj.weight");
+      lw.sh_down = g("mlp.shared_expert.down_proj.weight");
+      lw.sh_gate_w = g("mlp.shared_expert_gate.weight");
+    } else {
+      lw.gate = g("mlp.gate_proj.weight");
+      lw.up = g("mlp.up_proj.weight");
+      lw.down = g("mlp.down_proj.weight");
+    }
+  }
+
+  // Gated DeltaNet (models.md §2.4): grouped qkvz/ba projections, causal conv + SiLU, delta rule, gated norm.
+  void gdn(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, Tensor& conv_state, Tensor& rec) {
+    const int64_t T = x.rows(), Hk = c_.Hk, Hv = c_.Hv, dk = c_.dk, dv = c_.dv, r = Hv / Hk;
+    const int64_t key_dim = Hk * dk, value_dim = Hv * dv, group = 2 * dk + 2 * r * dv;
+    Tensor qkvz = be.alloc({T, Hk * group});
+    be.matmul(qkvz, x, *lw.qkvz);
+    Tensor ba = be.alloc({T, 2 * Hv});
+    be.matmul(ba, x, *lw.ba);
+    // Per key head h the rows are [q_h | k_h | v of its r value heads | z of its r value heads].
+    Tensor grouped = qkvz.view({T * Hk, group});
+    Tensor mixed = be.alloc({T, 2 * key_dim + value_dim});
+    Tensor part = be.alloc({T * Hk, dk});
+    be.take_cols(part, grouped, 0);
+    be.put_cols(mixed, part.view({T, key_dim}), 0);
+    be.take_cols(part, grouped, dk);
+    be.put_cols(mixed, part.view({T, key_dim}), key_dim);
+    Tensor vpart = be.alloc({T * Hk, r * dv});
+    be.take_cols(vpart, grouped, 2 * dk);
+    be.put_cols(mixed, vpart.view({T, value_dim}), 2 * key_dim);
+    Tensor z = be.alloc({T * Hk, r * dv});
+    be.take_cols(z, grouped, 2 * dk + r * dv);
+    // ba per key head: [b of its r value heads | a of its r value heads].
+    Tensor bag = ba.view({T * Hk, 2 * r});
+    Tensor b = be.alloc({T * Hk, r}), a = be.alloc({T * Hk, r});
+    be.take_cols(b, bag, 0);
+    be.take_cols(a, bag, r);
+
+    Tensor conv_out = be.alloc({T, 2 * key_dim + value_dim});
+    be.causal_conv1d(conv_out, mixed, *lw.conv, conv_state, 1, Act::Silu);
+    Tensor q = be.alloc({T, key_dim}), k = be.alloc({T, key_dim}), v = be.alloc({T, value_dim});
+    be.take_cols(q, conv_out, 0);
+    be.take_cols(k, conv_out, key_dim);
+    be.take_cols(v, conv_out, 2 * key_dim);
+
+    Tensor g = be.alloc({T, Hv}), beta = be.alloc({T, Hv});
+    be.gdn_gates(g, beta, a, b, *lw.A_log, *lw.dt_bias);
+    Tensor o = be.alloc({T, Hv, dv});
+    // Prompts use the chunked form (as transformers does for any multi-token call); decode the recurrent
+    // step.
+    be.gated_delta_rule(o, q.view({T, Hk, dk}), k.view({T, Hk, dk}), v.view({T, Hv, dv}), g, beta, rec, true,
+                        T > 1);
+    be.rms_norm_gated(o, o, z, *lw.gnorm, c_.eps, Act::Silu);
+    be.matmul(y, o.view({T, value_dim}), *lw.out);
+  }
+
+  // Gated GQA attention (models.md §2.4): q/gate split per head, zero-centred q/k norms, partial RoPE, causal
+  // softmax over the cache, output multiplied by σ(gate). Cache slots [q0, q0+T) receive this call's keys.
+  void attention(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, Tensor& kc, Tensor& vc,
+                 int64_t q0, std::span<const int64_t> pos) {
+    const int64_t T = x.rows(), H = c_.H, Hkv = c_.Hkv, hd = c_.hd;
+    Tensor qg = be.alloc({T, H * 2 * hd});
+    be.matmul(qg, x, *lw.q);
+    Tensor q = be.alloc({T, H, hd}), gate = be.alloc({T * H, hd});
+    be.take_cols(q, qg.view({T * H, 2 * hd}), 0);
+    be.take_cols(gate, qg.view({T * H, 2 * hd}), hd);
+    be.rms_norm(q, q, lw.q_norm, c_.eps, NormKind::OnePlus, hd);
+    Tensor k = kc.slice(q0, T), v = vc.slice(q0, T);
+    be.matmul(k, x, *lw.k);
+    be.matmul(v, x, *lw.v);
+    be.rms_norm(k, k, lw.k_norm, c_.eps, NormKind::OnePlus, hd);
+    be.rope(q, pos, c_.rope);
+    be.rope(k, pos, c_.rope);
+    Tensor o = be.alloc({T, H, hd});
+    be.attention(o, q, kc.slice(0, q0 + T), vc.slice(0, q0 + T), q0,
+                 1.0f / std::sqrt(static_cast<float>(hd)));
+    Tensor of = o.view({T, H * hd});
+    be.sigmoid_mul(of, of, gate.view({T, H * hd}));
+    be.matmul(y, of, *lw.o);
+  }
+
+  // MoE: softmax top-k routed SwiGLU experts plus σ(w_sg · x) · SharedExpert(x); or a dense SwiGLU MLP.
+  void mlp(Backend& be, const LayerW& lw, bool moe, const Tensor& x, Tensor& y) {
+    const int64_t T = x.rows();
+    if (!moe) {
+      Tensor g = be.alloc({T, c_.Im}), u = be.alloc({T, c_.Im});
+      be.matmul(g, x, *lw.gate);
+      be.matmul(u, x, *lw.up);
+      be.swiglu(g, g, u);
+      be.matmul(y, g, *lw.down);
+      return;
+    }
+    Tensor logits = be.alloc({T, c_.E});
+    be.matmul(logits, x, *lw.router);
+    Tensor ids = be.alloc({T, c_.top_k}, ElemType::I32), wts = be.alloc({T, c_.top_k});
+    be.route_softmax_topk(ids, wts, logits, RouterSpec{static_cast<int>(c_.top_k), c_.norm_topk});
+    be.moe_experts(y, x, ids, wts, lw.experts);
+    Tensor g = be.alloc({T, c_.Is}), u = be.alloc({T, c_.Is}), s = be.alloc({T, c_.D}), sg = be.alloc({T, 1});
+    be.matmul(g, x, *lw.sh_gate);
+    be.matmul(u, x, *lw.sh_up);
+    be.swiglu(g, g, u);
+    be.matmul(s, g, *lw.sh_down);
+    be.matmul(sg, x, *lw.sh_gate_w);
+    be.activate(sg, sg, Act::Sigmoid);
+    be.scale_rows(s, s, sg);
+    be.add(y, y, s);
+  }
+
+  ModelConfig mc_;
+  Config c_;
+  ModelInfo info_;
+  const Weight *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
+  std::vector<LayerW> layers_;
+  const Weight *mtp_fc_ = nullptr, *mtp_norm_e_ = nullptr, *mtp_norm_h_ = nullptr, *mtp_norm_ = nullptr;
+  LayerW mtp_layer_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_qwen3_next(const ModelConfig& mc) {
+  return std::make_unique<Qwen3Next>(mc);
+}
+
+}  // namespace bloomery

@@ -1,0 +1,52 @@
+// Engine: owns the sequence states and runs the model's forward per sequence.
+#include "runtime/engine.h"
+
+#include "core/error.h"
+
+namespace bloomery {
+
+SeqId Engine::add_sequence(int64_t capacity) {
+  if (capacity <= 0) capacity = model_.info().max_positions > 0 ? model_.info().max_positions : 4096;
+  SeqId id = next_id_++;
+  states_[id] = model_.new_state(backend_, capacity);
+  return id;
+}
+
+void Engine::remove_sequence(SeqId id) {
+  states_.erase(id);
+  hidden_.erase(id);
+}
+
+SequenceState& Engine::state(SeqId id) {
+  auto it = states_.find(id);
+  if (it == states_.end())
+    raise("E_SEQ_UNKNOWN", Where{"", "", "sequence"}, "a live sequence id", std::to_string(id));
+  return *it->second;
+}
+
+std::vector<float> Engine::prefill(SeqId seq, std::span<const int32_t> ids, bool all_logits) {
+  if (ids.empty()) raise("E_PROMPT", Where{"", "", "ids"}, "at least one token", "none");
+  ForwardResult r = model_.forward(backend_, state(seq), ids, all_logits);
+  hidden_[seq] = r.hidden;
+  return backend_.download(r.logits);
+}
+
+std::vector<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std::span<const int32_t> ids) {
+  if (seqs.size() != ids.size())
+    raise("E_BATCH", Where{"", "", "ids"}, std::to_string(seqs.size()) + " ids", std::to_string(ids.size()));
+  std::vector<std::vector<float>> out;
+  out.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    ForwardResult r = model_.forward(backend_, state(seqs[i]), ids.subspan(i, 1), false);
+    hidden_[seqs[i]] = r.hidden;
+    out.push_back(backend_.download(r.logits));
+  }
+  return out;
+}
+
+std::vector<float> Engine::draft(SeqId seq, const Tensor& hidden, std::span<const int32_t> next_ids) {
+  ForwardResult r = model_.draft(backend_, state(seq), hidden, next_ids);
+  return backend_.download(r.logits);
+}
+
+}  // namespace bloomery

@@ -1,0 +1,370 @@
+#include "runtime/scheduler.h"
+
+#include <algorithm>
+
+namespace bloomery {
+
+using Clock = std::chrono::steady_clock;
+
+static double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+const char* stop_reason_name(StopReason r) {
+  switch (r) {
+    case StopReason::None:
+      return "none";
+    case StopReason::Eos:
+      return "eos";
+    case StopReason::Limit:
+      return "limit";
+    case StopReason::Word:
+      return "word";
+    case StopReason::ContextFull:
+      return "limit";
+    case StopReason::Cancelled:
+      return "cancelled";
+    case StopReason::Error:
+      return "error";
+  }
+  return "none";
+}
+
+std::unique_ptr<SequenceState> ModelStepEngine::new_state(int64_t capacity) {
+  return model_.new_state(backend_, capacity);
+}
+
+void ModelStepEngine::forward(std::span<StepItem> items) {
+  for (auto& it : items) {
+    try {
+      ForwardResult r = model_.forward(backend_, *it.state, it.ids, false);
+      if (it.want_logits) {
+        std::vector<float> all = backend_.download(r.logits);
+        int64_t v = r.logits.cols();
+        it.logits.assign(all.end() - v, all.end());  // the last position's row
+      }
+    } catch (const std::exception& e) {
+      it.error = e.what();
+    }
+  }
+}
+
+struct Scheduler::Slot {
+  int id = 0;
+  bool busy = false;
+  GenRequest req;
+  std::shared_ptr<Ticket> ticket;
+  uint64_t id_task = 0;
+  std::unique_ptr<SequenceState> state;
+  int64_t n_prompt_done = 0;  // prompt tokens consumed
+  int64_t n_decoded = 0;
+  int32_t last = -1;            // the token to feed next step (decode phase)
+  std::vector<int32_t> recent;  // prompt + generated, for the penalties
+  std::mt19937_64 rng;
+  Clock::time_point t_start, t_first;
+  double prompt_ms = 0.0;
+  uint64_t lru = 0;
+  bool prompting() const { return n_prompt_done < static_cast<int64_t>(req.prompt.size()); }
+};
+
+Scheduler::Scheduler(StepEngine& engine, SchedulerConfig config, SampleFn sample)
+    : engine_(engine), config_(config), sample_(std::move(sample)) {
+  for (int i = 0; i < config_.n_slots; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->id = i;
+    slots_.push_back(std::move(s));
+  }
+  publish_locked();  // no other thread exists yet
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+  for (auto& s : slots_)
+    if (s->busy) finish(*s, StopReason::Cancelled);
+  for (auto& p : queue_) {
+    FinishInfo f;
+    f.reason = StopReason::Cancelled;
+    if (p.request.on_finish) p.request.on_finish(f);
+  }
+}
+
+std::shared_ptr<Ticket> Scheduler::submit(GenRequest request) {
+  auto ticket = std::make_shared<Ticket>();
+  std::string refusal;
+  if (request.prompt.empty()) refusal = "empty prompt";
+  if (static_cast<int64_t>(request.prompt.size()) + 1 > config_.n_ctx_slot)
+    refusal = "prompt longer than the slot's context";
+  if (request.id_slot >= config_.n_slots) refusal = "id_slot out of range";
+  if (!refusal.empty()) {
+    FinishInfo f;
+    f.reason = StopReason::Error;
+    f.error = refusal;
+    if (request.on_finish) request.on_finish(f);
+    return ticket;
+  }
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(Pending{std::move(request), ticket, next_task_++});
+    stats_.requests_deferred = static_cast<int>(queue_.size());
+  }
+  cv_.notify_all();
+  return ticket;
+}
+
+// Moves queued requests into idle slots: a request naming a slot waits for that slot; the others take the
+// least recently used idle slot, in arrival order.
+bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled) {
+  bool any = false;
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    if (it->ticket->cancelled()) {
+      cancelled.push_back(std::move(it->request.on_finish));
+      it = queue_.erase(it);
+      stats_.requests_cancelled++;
+      continue;
+    }
+    Slot* target = nullptr;
+    if (it->request.id_slot >= 0) {
+      Slot* s = slots_[it->request.id_slot].get();
+      if (!s->busy) target = s;
+    } else {
+      for (auto& s : slots_)
+        if (!s->busy && (!target || s->lru < target->lru)) target = s.get();
+    }
+    if (!target) {
+      ++it;
+      continue;
+    }
+    Slot& s = *target;
+    s.busy = true;
+    s.req = std::move(it->request);
+    s.ticket = std::move(it->ticket);
+    s.id_task = it->id_task;
+    s.n_prompt_done = 0;
+    s.n_decoded = 0;
+    s.last = -1;
+    s.recent = s.req.prompt;
+    s.rng.seed(s.req.sampling.seed);
+    s.t_start = Clock::now();
+    s.prompt_ms = 0.0;
+    s.lru = ++lru_clock_;
+    it = queue_.erase(it);
+    any = true;
+  }
+  stats_.requests_deferred = static_cast<int>(queue_.size());
+  return any;
+}
+
+void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
+  FinishInfo f;
+  f.reason = reason;
+  f.error = std::move(error);
+  f.slot = s.id;
+  f.n_prompt = static_cast<int64_t>(s.req.prompt.size());
+  f.n_predicted = s.n_decoded;
+  f.prompt_ms = s.prompt_ms;
+  f.predicted_ms = s.n_decoded > 0 ? ms_since(s.t_first) : 0.0;
+  auto cb = std::move(s.req.on_finish);
+  s.busy = false;
+  s.state.reset();  // the state's memory goes back now, not at the slot's next request
+  s.req = GenRequest{};
+  s.ticket.reset();
+  s.lru = ++lru_clock_;
+  {
+    // Gauges and the slot table change before the client hears, so it never sees itself still running.
+    std::lock_guard lk(mu_);
+    stats_.requests_finished++;
+    if (reason == StopReason::Cancelled) stats_.requests_cancelled++;
+    int busy = 0;
+    for (auto& other : slots_) busy += other->busy;
+    stats_.requests_processing = busy;
+    publish_locked();
+  }
+  if (cb) cb(f);
+}
+
+void Scheduler::loop() {
+  while (true) {
+    std::vector<std::function<void(const FinishInfo&)>> cancelled;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] {
+        if (stop_) return true;
+        bool busy = std::any_of(slots_.begin(), slots_.end(), [](auto& s) { return s->busy; });
+        if (busy) return true;
+        return !queue_.empty();
+      });
+      if (stop_) return;
+      admit_locked(cancelled);
+      int processing = 0;
+      for (auto& s : slots_) processing += s->busy;
+      stats_.requests_processing = processing;
+      publish_locked();
+    }
+    FinishInfo f;
+    f.reason = StopReason::Cancelled;
+    for (auto& cb : cancelled)
+      if (cb) cb(f);
+    step();
+  }
+}
+
+void Scheduler::step() {
+  // Cancelled requests leave first, so their slot is free for the next step's admission.
+  for (auto& s : slots_)
+    if (s->busy && s->ticket->cancelled()) finish(*s, StopReason::Cancelled);
+
+  for (auto& s : slots_) {
+    if (!s->busy || s->state) continue;
+    try {
+      s->state = engine_.new_state(config_.n_ctx_slot);
+    } catch (const std::exception& e) {
+      finish(*s, StopReason::Error, e.what());
+    }
+  }
+
+  // Build one pass: every decoding slot's token, then prompt chunks (≤ ubatch each, ≤ batch in all) taken
+  // round-robin so several long prompts share the prompt budget.
+  std::vector<StepItem> items;
+  std::vector<Slot*> owners;
+  std::vector<int32_t> decode_ids(slots_.size());
+  int64_t prompt_tokens = 0, decode_tokens = 0;
+  for (auto& s : slots_) {
+    if (!s->busy || s->prompting()) continue;
+    decode_ids[s->id] = s->last;
+    StepItem it;
+    it.state = s->state.get();
+    it.ids = std::span<const int32_t>(&decode_ids[s->id], 1);
+    it.want_logits = true;
+    items.push_back(std::move(it));
+    owners.push_back(s.get());
+    decode_tokens++;
+  }
+  int64_t budget = config_.n_batch;
+  size_t n = slots_.size();
+  for (size_t k = 0; k < n && budget > 0; ++k) {
+    Slot& s = *slots_[(rr_ + k) % n];
+    if (!s.busy || !s.prompting()) continue;
+    int64_t left = static_cast<int64_t>(s.req.prompt.size()) - s.n_prompt_done;
+    int64_t take = std::min({left, config_.n_ubatch, budget});
+    StepItem it;
+    it.state = s.state.get();
+    it.ids = std::span<const int32_t>(s.req.prompt.data() + s.n_prompt_done, static_cast<size_t>(take));
+    it.want_logits = take == left;
+    items.push_back(std::move(it));
+    owners.push_back(&s);
+    budget -= take;
+    prompt_tokens += take;
+  }
+  rr_ = (rr_ + 1) % std::max<size_t>(n, 1);
+  if (items.empty()) return;
+
+  auto t0 = Clock::now();
+  engine_.forward(items);
+  double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+
+  // Counters first, so that a client who sees its request finish also sees it counted.
+  {
+    uint64_t generated = 0, max_ctx = 0;
+    for (size_t i = 0; i < items.size(); ++i) {
+      if (!items[i].error.empty() || !items[i].want_logits) continue;
+      generated++;
+      max_ctx = std::max<uint64_t>(max_ctx, static_cast<uint64_t>(items[i].state->pos) + 1);
+    }
+    std::lock_guard lk(mu_);
+    stats_.n_decode_total++;
+    stats_.n_busy_slots_total += items.size();
+    double total = static_cast<double>(prompt_tokens + decode_tokens);
+    stats_.prompt_tokens_total += static_cast<uint64_t>(prompt_tokens);
+    stats_.prompt_seconds_total += total > 0 ? secs * prompt_tokens / total : 0.0;
+    stats_.tokens_predicted_total += generated;
+    stats_.tokens_predicted_seconds_total += total > 0 ? secs * decode_tokens / total : 0.0;
+    stats_.n_tokens_max = std::max(stats_.n_tokens_max, max_ctx);
+  }
+
+  for (size_t i = 0; i < items.size(); ++i) {
+    Slot& s = *owners[i];
+    StepItem& it = items[i];
+    if (!it.error.empty()) {
+      finish(s, StopReason::Error, it.error);
+      continue;
+    }
+    bool was_prompt = s.prompting();
+    if (was_prompt) s.n_prompt_done += static_cast<int64_t>(it.ids.size());
+    if (!it.want_logits) continue;
+    if (was_prompt) {
+      s.prompt_ms = ms_since(s.t_start);
+      s.t_first = Clock::now();
+    }
+    const SamplingParams& sp = s.req.sampling;
+    int64_t look = sp.repeat_last_n < 0 ? static_cast<int64_t>(s.recent.size())
+                                        : std::min<int64_t>(sp.repeat_last_n, s.recent.size());
+    SampledToken tok = sample_(it.logits, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
+    s.n_decoded++;
+    s.recent.push_back(tok.id);
+    bool eos = !s.req.ignore_eos &&
+               std::find(s.req.eos_ids.begin(), s.req.eos_ids.end(), tok.id) != s.req.eos_ids.end();
+    if (eos) {
+      finish(s, StopReason::Eos);
+      continue;
+    }
+    if (s.req.on_token && !s.req.on_token(tok)) {
+      finish(s, StopReason::Word);
+      continue;
+    }
+    if (s.req.n_predict >= 0 && s.n_decoded >= s.req.n_predict) {
+      finish(s, StopReason::Limit);
+      continue;
+    }
+    // The sampled token still has to be fed: it needs one more position.
+    if (s.state->pos + 1 > config_.n_ctx_slot) {
+      finish(s, StopReason::ContextFull);
+      continue;
+    }
+    s.last = tok.id;
+  }
+
+  std::lock_guard lk(mu_);
+  int busy = 0;
+  for (auto& s : slots_) busy += s->busy;
+  stats_.requests_processing = busy;
+  publish_locked();
+}
+
+// The slot table other threads read (/slots): a copy taken under the lock, since the scheduler thread
+// changes the slots themselves without it.
+void Scheduler::publish_locked() {
+  published_.clear();
+  for (auto& s : slots_) {
+    SlotInfo i;
+    i.id = s->id;
+    i.n_ctx = config_.n_ctx_slot;
+    i.is_processing = s->busy;
+    if (s->busy) {
+      i.id_task = s->id_task;
+      i.n_prompt = static_cast<int64_t>(s->req.prompt.size());
+      i.n_past = s->state ? s->state->pos : 0;
+      i.n_decoded = s->n_decoded;
+      i.n_remain = s->req.n_predict < 0 ? -1 : s->req.n_predict - s->n_decoded;
+      i.params = s->req.sampling;
+    }
+    published_.push_back(i);
+  }
+}
+
+std::vector<SlotInfo> Scheduler::slots() const {
+  std::lock_guard lk(mu_);
+  return published_;
+}
+
+SchedulerStats Scheduler::stats() const {
+  std::lock_guard lk(mu_);
+  return stats_;
+}
+
+}  // namespace bloomery

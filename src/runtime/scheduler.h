@@ -1,0 +1,199 @@
+// Slots, the request queue and continuous batching: every scheduler step runs the decode token of every
+// active slot and one ubatch of each prompt still being read in ONE engine pass, so a long prompt never
+// freezes the other streams; cancelled requests leave their slot at the next step.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "models/model.h"
+
+namespace bloomery {
+
+// One sequence's share of an engine pass.
+struct StepItem {
+  SequenceState* state = nullptr;
+  std::span<const int32_t> ids;  // a prompt chunk (≤ ubatch) or the one token being decoded
+  bool want_logits = false;      // the chunk ends the prompt, or a decode token: logits of the last position
+  std::vector<float> logits;     // out: [vocab] when want_logits
+  std::string error;             // out: non-empty when this sequence's forward failed (the others go on)
+};
+
+// What the scheduler needs from the engine. One call per scheduler step with every active sequence.
+class StepEngine {
+ public:
+  virtual ~StepEngine() = default;
+  virtual int64_t vocab_size() const = 0;
+  virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) = 0;
+  virtual void forward(std::span<StepItem> items) = 0;
+};
+
+// The engine over a Model and a Backend. Model::forward takes one sequence per call, so a step runs its
+// sequences one after another inside the same pass (a true cross-sequence batched forward needs the
+// interface change proposed in the server's report).
+class ModelStepEngine : public StepEngine {
+ public:
+  ModelStepEngine(Model& model, Backend& backend) : model_(model), backend_(backend) {}
+  int64_t vocab_size() const override { return model_.info().vocab_size; }
+  std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
+  void forward(std::span<StepItem> items) override;
+
+ private:
+  Model& model_;
+  Backend& backend_;
+};
+
+struct SamplingParams {
+  double temperature = 0.8;  // ≤ 0: greedy
+  int top_k = 40;            // 0: off
+  double top_p = 0.95;       // 1: off
+  double min_p = 0.05;       // 0: off
+  double presence_penalty = 0.0;
+  double frequency_penalty = 0.0;
+  double repeat_penalty = 1.0;
+  int repeat_last_n = 64;  // -1: the whole history
+  uint64_t seed = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  int n_probs = 0;  // top log-probabilities to report per token
+};
+
+struct TokenProb {
+  int32_t id = 0;
+  float logprob = 0.0f;
+};
+
+struct SampledToken {
+  int32_t id = 0;
+  float logprob = 0.0f;        // log-softmax of the raw logits at `id`
+  std::vector<TokenProb> top;  // the n_probs most likely (raw distribution), most likely first
+};
+
+// Picks the next token from one row of logits. `recent`: the generated and prompt tokens the penalties see.
+using SampleFn = std::function<SampledToken(std::span<const float> logits, const SamplingParams& params,
+                                            std::span<const int32_t> recent, std::mt19937_64& rng)>;
+
+enum class StopReason { None, Eos, Limit, Word, ContextFull, Cancelled, Error };
+const char* stop_reason_name(StopReason r);
+
+struct FinishInfo {
+  StopReason reason = StopReason::None;
+  std::string error;
+  int slot = -1;
+  int64_t n_prompt = 0;
+  int64_t n_predicted = 0;
+  double prompt_ms = 0.0;
+  double predicted_ms = 0.0;
+};
+
+struct GenRequest {
+  std::vector<int32_t> prompt;
+  int64_t n_predict = -1;  // -1: until EOS or the slot's context end
+  SamplingParams sampling;
+  std::vector<int32_t> eos_ids;
+  bool ignore_eos = false;
+  int id_slot = -1;  // ≥ 0: this slot only
+  // Scheduler thread. Called for every generated token that is not an EOS; returning false stops the request
+  // (a stop string matched) with StopReason::Word.
+  std::function<bool(const SampledToken&)> on_token;
+  // Scheduler thread (or submit's caller when refused). Called exactly once, last.
+  std::function<void(const FinishInfo&)> on_finish;
+};
+
+// A submitted request: cancel() is safe from any thread and takes effect at the next step.
+class Ticket {
+ public:
+  void cancel() { cancelled_.store(true); }
+  bool cancelled() const { return cancelled_.load(); }
+
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+struct SchedulerConfig {
+  int n_slots = 1;
+  int64_t n_ctx_slot = 4096;  // tokens each slot's state holds
+  int64_t n_batch = 2048;     // most prompt tokens per step, over all slots
+  int64_t n_ubatch = 512;     // most prompt tokens of one sequence per step
+};
+
+// Counters behind /metrics (llama-server's names) and /slots.
+struct SchedulerStats {
+  uint64_t prompt_tokens_total = 0;
+  double prompt_seconds_total = 0.0;
+  uint64_t tokens_predicted_total = 0;
+  double tokens_predicted_seconds_total = 0.0;
+  uint64_t n_decode_total = 0;      // engine passes
+  uint64_t n_busy_slots_total = 0;  // Σ busy slots over passes
+  uint64_t n_tokens_max = 0;        // most context in use by one slot
+  int requests_processing = 0;
+  int requests_deferred = 0;
+  uint64_t requests_finished = 0;
+  uint64_t requests_cancelled = 0;
+};
+
+struct SlotInfo {
+  int id = 0;
+  bool is_processing = false;
+  int64_t n_ctx = 0;
+  int64_t n_prompt = 0;
+  int64_t n_past = 0;  // tokens in the slot's state
+  int64_t n_decoded = 0;
+  int64_t n_remain = -1;
+  uint64_t id_task = 0;
+  SamplingParams params;
+};
+
+class Scheduler {
+ public:
+  Scheduler(StepEngine& engine, SchedulerConfig config, SampleFn sample);
+  ~Scheduler();  // stops the loop; requests still queued or running finish with Cancelled
+
+  // Queues a request. A prompt that cannot fit a slot (prompt + 1 > n_ctx_slot), an empty prompt or an
+  // id_slot out of range are the caller's to refuse before this; here they finish at once with Error.
+  std::shared_ptr<Ticket> submit(GenRequest request);
+
+  std::vector<SlotInfo> slots() const;
+  SchedulerStats stats() const;
+  const SchedulerConfig& config() const { return config_; }
+
+ private:
+  struct Slot;
+  struct Pending {
+    GenRequest request;
+    std::shared_ptr<Ticket> ticket;
+    uint64_t id_task;
+  };
+  void loop();
+  bool admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled);
+  void publish_locked();
+  void finish(Slot& s, StopReason reason, std::string error = {});
+  void step();
+
+  StepEngine& engine_;
+  const SchedulerConfig config_;
+  SampleFn sample_;
+  std::vector<std::unique_ptr<Slot>> slots_;
+  std::deque<Pending> queue_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  uint64_t next_task_ = 1;
+  uint64_t lru_clock_ = 0;
+  size_t rr_ = 0;  // round-robin start for prompt chunks
+  SchedulerStats stats_;
+  std::vector<SlotInfo> published_;
+  std::thread thread_;
+};
+
+}  // namespace bloomery
