@@ -1,0 +1,212 @@
+// The scheduler over a scripted engine: the "model" predicts (last token + 1) mod V, so every token the
+// scheduler hands out can be checked; the engine records what each pass contained.
+#include "runtime/scheduler.h"
+
+#include <future>
+
+#include <gtest/gtest.h>
+
+#include "server/sampling.h"
+
+using namespace bloomery;
+
+namespace {
+
+constexpr int64_t kVocab = 50;
+
+struct ScriptState : SequenceState {};
+
+struct PassRecord {
+  int decode_items = 0;  // items with exactly one id after the prompt
+  int prompt_items = 0;
+  std::vector<int64_t> prompt_chunk_sizes;
+};
+
+class ScriptEngine : public StepEngine {
+ public:
+  int64_t vocab_size() const override { return kVocab; }
+  std::unique_ptr<SequenceState> new_state(int64_t capacity) override {
+    auto s = std::make_unique<ScriptState>();
+    s->capacity = capacity;
+    return s;
+  }
+  void forward(std::span<StepItem> items) override {
+    PassRecord rec;
+    for (auto& it : items) {
+      bool decode = it.state->pos > 0 && it.ids.size() == 1 && it.want_logits && decoding_.count(it.state);
+      if (decode)
+        rec.decode_items++;
+      else {
+        rec.prompt_items++;
+        rec.prompt_chunk_sizes.push_back(static_cast<int64_t>(it.ids.size()));
+      }
+      for (int32_t id : it.ids) it.state->history.push_back(id);
+      it.state->pos += static_cast<int64_t>(it.ids.size());
+      if (it.want_logits) {
+        decoding_.insert(it.state);
+        it.logits.assign(kVocab, 0.0f);
+        it.logits[(it.ids.back() + 1) % kVocab] = 10.0f;
+      }
+    }
+    std::lock_guard lk(mu);
+    passes.push_back(rec);
+    if (delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  }
+  std::mutex mu;
+  std::vector<PassRecord> passes;
+  int delay_ms = 0;
+
+ private:
+  std::set<SequenceState*> decoding_;
+};
+
+SamplingParams greedy() {
+  SamplingParams p;
+  p.temperature = 0.0;
+  return p;
+}
+
+struct Result {
+  std::vector<int32_t> tokens;
+  FinishInfo finish;
+};
+
+// Submits and returns a future of the whole result.
+std::future<Result> run(Scheduler& s, std::vector<int32_t> prompt, int64_t n_predict,
+                        std::function<bool(int32_t)> keep_going = nullptr, std::vector<int32_t> eos = {},
+                        std::shared_ptr<Ticket>* ticket = nullptr) {
+  auto res = std::make_shared<Result>();
+  auto prom = std::make_shared<std::promise<Result>>();
+  GenRequest r;
+  r.prompt = std::move(prompt);
+  r.n_predict = n_predict;
+  r.sampling = greedy();
+  r.eos_ids = std::move(eos);
+  r.on_token = [res, keep_going](const SampledToken& t) {
+    res->tokens.push_back(t.id);
+    return keep_going ? keep_going(t.id) : true;
+  };
+  r.on_finish = [res, prom](const FinishInfo& f) {
+    res->finish = f;
+    prom->set_value(*res);
+  };
+  auto t = s.submit(std::move(r));
+  if (ticket) *ticket = t;
+  return prom->get_future();
+}
+
+}  // namespace
+
+TEST(Scheduler, GeneratesUntilLimit) {
+  ScriptEngine e;
+  Scheduler s(e, {1, 64, 16, 8}, server::sample_token);
+  Result r = run(s, {3, 4, 5}, 4).get();
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{6, 7, 8, 9}));
+  EXPECT_EQ(r.finish.reason, StopReason::Limit);
+  EXPECT_EQ(r.finish.n_prompt, 3);
+  EXPECT_EQ(r.finish.n_predicted, 4);
+}
+
+TEST(Scheduler, EosAndStopWordAndContextEnd) {
+  ScriptEngine e;
+  Scheduler s(e, {1, 8, 16, 8}, server::sample_token);
+  Result a = run(s, {1}, -1, nullptr, {4}).get();
+  EXPECT_EQ(a.tokens, (std::vector<int32_t>{2, 3}));  // EOS (4) ends it and is not delivered
+  EXPECT_EQ(a.finish.reason, StopReason::Eos);
+  Result b = run(s, {10}, -1, [](int32_t id) { return id != 12; }).get();
+  EXPECT_EQ(b.tokens, (std::vector<int32_t>{11, 12}));
+  EXPECT_EQ(b.finish.reason, StopReason::Word);
+  // Context 8, prompt 3: positions 3..7 take 5 generated tokens fed back; the 6th is sampled at the end.
+  Result c = run(s, {20, 21, 22}, -1).get();
+  EXPECT_EQ(c.finish.reason, StopReason::ContextFull);
+  EXPECT_EQ(c.tokens.size(), 6u);
+  // A prompt that cannot fit is refused at once.
+  Result d = run(s, std::vector<int32_t>(8, 1), 1).get();
+  EXPECT_EQ(d.finish.reason, StopReason::Error);
+}
+
+TEST(Scheduler, MoreRequestsThanSlotsQueueAndAllFinish) {
+  ScriptEngine e;
+  e.delay_ms = 2;
+  Scheduler s(e, {2, 64, 64, 16}, server::sample_token);
+  std::vector<std::future<Result>> fs;
+  for (int i = 0; i < 6; ++i) fs.push_back(run(s, {i}, 5));
+  bool saw_deferred = s.stats().requests_deferred > 0;
+  for (int i = 0; i < 6; ++i) {
+    Result r = fs[i].get();
+    EXPECT_EQ(r.finish.reason, StopReason::Limit);
+    EXPECT_EQ(r.tokens, (std::vector<int32_t>{i + 1, i + 2, i + 3, i + 4, i + 5}));
+  }
+  EXPECT_TRUE(saw_deferred);
+  SchedulerStats st = s.stats();
+  EXPECT_EQ(st.tokens_predicted_total, 30u);
+  EXPECT_EQ(st.prompt_tokens_total, 6u);
+  EXPECT_EQ(st.requests_deferred, 0);
+  EXPECT_EQ(st.requests_finished, 6u);
+  // Two slots: at some pass both decoded together.
+  std::lock_guard lk(e.mu);
+  int max_decode = 0;
+  for (auto& p : e.passes) max_decode = std::max(max_decode, p.decode_items);
+  EXPECT_EQ(max_decode, 2);
+}
+
+TEST(Scheduler, LongPromptIsChunkedAndDoesNotFreezeDecoding) {
+  ScriptEngine e;
+  e.delay_ms = 1;
+  Scheduler s(e, {2, 512, 64, 8}, server::sample_token);
+  auto first = run(s, {1}, 200);
+  // Let the short request reach its decode phase, then send a 100-token prompt.
+  while (s.stats().tokens_predicted_total < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  auto second = run(s, std::vector<int32_t>(100, 7), 1);
+  EXPECT_EQ(second.get().finish.reason, StopReason::Limit);
+  EXPECT_EQ(first.get().finish.reason, StopReason::Limit);
+  std::lock_guard lk(e.mu);
+  int mixed = 0;
+  for (auto& p : e.passes) {
+    for (int64_t c : p.prompt_chunk_sizes) EXPECT_LE(c, 8);
+    if (p.decode_items == 1 && p.prompt_items == 1) mixed++;
+  }
+  // 100 tokens in chunks of 8 = 13 passes, each also carrying the other stream's decode token.
+  EXPECT_GE(mixed, 12);
+}
+
+TEST(Scheduler, CancelFreesTheSlotWithinOneStep) {
+  ScriptEngine e;
+  e.delay_ms = 2;
+  Scheduler s(e, {1, 4096, 64, 16}, server::sample_token);
+  std::shared_ptr<Ticket> t;
+  std::atomic<int> seen{0};
+  auto f = run(
+      s, {1}, -1, [&](int32_t) { return ++seen < 1000000; }, {}, &t);
+  while (seen < 5) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  size_t passes_at_cancel;
+  {
+    std::lock_guard lk(e.mu);
+    passes_at_cancel = e.passes.size();
+  }
+  t->cancel();
+  Result r = f.get();
+  EXPECT_EQ(r.finish.reason, StopReason::Cancelled);
+  {
+    std::lock_guard lk(e.mu);
+    EXPECT_LE(e.passes.size(), passes_at_cancel + 1);
+  }
+  // The slot is free: the next request runs.
+  Result next = run(s, {5}, 2).get();
+  EXPECT_EQ(next.tokens, (std::vector<int32_t>{6, 7}));
+  EXPECT_EQ(s.stats().requests_cancelled, 1u);
+}
+
+TEST(Scheduler, QueuedRequestCancelledBeforeItStarts) {
+  ScriptEngine e;
+  e.delay_ms = 2;
+  Scheduler s(e, {1, 4096, 64, 16}, server::sample_token);
+  auto busy = run(s, {1}, 50);
+  std::shared_ptr<Ticket> t;
+  auto queued = run(s, {2}, 5, nullptr, {}, &t);
+  t->cancel();
+  Result r = queued.get();
+  EXPECT_EQ(r.finish.reason, StopReason::Cancelled);
+  EXPECT_TRUE(r.tokens.empty());
+  EXPECT_EQ(busy.get().finish.reason, StopReason::Limit);
+}
