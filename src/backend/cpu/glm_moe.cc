@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
 #include "backend/cpu/qsa.h"
 
 namespace bloomery::cpu {
@@ -52,10 +54,7 @@ bool glm_route_logits(const GlmRouterConfig& c, const float* logits, int* idx, f
 
 }  // namespace bloomery::cpu
 
-// ---- CpuFamilyOps overrides
-// ----------------------------------------------------------------------------------
-#include "backend/backend.h"
-#include "backend/cpu/cpu_family_ops.h"
+// ---- CpuFamilyOps overrides ----
 
 namespace bloomery::cpu {
 

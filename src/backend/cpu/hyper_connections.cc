@@ -3,27 +3,10 @@
 
 #include <cmath>
 #include <vector>
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
 
 namespace bloomery::cpu {
-
-namespace {
-float sigmoid(float x) {
-  return 1.0f / (1.0f + std::exp(-x));
-}
-float silu(float x) {
-  return x / (1.0f + std::exp(-x));
-}
-// y[o] = sum_i W[o, i] x[i]; double accumulation keeps us at the exact value, torch's f32 sums sit within
-// 1e-6.
-void matvec(const float* W, const float* x, int out, int in, float* y) {
-  for (int o = 0; o < out; ++o) {
-    const float* row = W + static_cast<int64_t>(o) * in;
-    double acc = 0;
-    for (int i = 0; i < in; ++i) acc += static_cast<double>(row[i]) * x[i];
-    y[o] = static_cast<float>(acc);
-  }
-}
-}  // namespace
 
 void grouped_rmsnorm1p(const float* x, const float* w, int groups, int g, float eps, float* y) {
   for (int s = 0; s < groups; ++s) {
@@ -35,46 +18,14 @@ void grouped_rmsnorm1p(const float* x, const float* w, int groups, int g, float 
   }
 }
 
-void gated_residual_read(const GatedResidualWeights& w, const float* X, float* u, float* inject) {
-  const int n = w.n, D = w.D, nD = n * D;
-  std::vector<float> xn(nD), a(w.r), m(nD);
-  grouped_rmsnorm1p(X, w.hc_norm, n, D, w.eps, xn.data());
-  matvec(w.w_down, xn.data(), w.r, nD, a.data());
-  for (float& v : a) v = silu(v / static_cast<float>(n));
-  matvec(w.w_up, a.data(), nD, w.r, m.data());
-  for (int d = 0; d < D; ++d) {
-    float acc = 0;
-    for (int s = 0; s < n; ++s) acc += sigmoid(m[s * D + d]) * xn[s * D + d];
-    u[d] = acc / static_cast<float>(n);
-  }
-  if (w.w_inject && inject) {
-    matvec(w.w_inject, xn.data(), n, nD, inject);
-    for (int s = 0; s < n; ++s) inject[s] = 2.0f * sigmoid(inject[s] / static_cast<float>(n));
-  }
-}
-
 void gated_residual_write(float* X, const float* y, const float* inject, int n, int D) {
   for (int s = 0; s < n; ++s)
     for (int d = 0; d < D; ++d) X[s * D + d] += inject[s] * y[d];
 }
 
-void gated_residual_read_rows(const GatedResidualWeights& w, const float* X, int64_t T, float* u,
-                              float* inject) {
-  const int64_t nD = static_cast<int64_t>(w.n) * w.D;
-  for (int64_t t = 0; t < T; ++t)
-    gated_residual_read(w, X + t * nD, u + t * w.D, inject ? inject + t * w.n : nullptr);
-}
-
-void gated_residual_write_rows(float* X, const float* y, const float* inject, int64_t T, int n, int D) {
-  for (int64_t t = 0; t < T; ++t) gated_residual_write(X + t * n * D, y + t * D, inject + t * n, n, D);
-}
-
 }  // namespace bloomery::cpu
 
-// ---- CpuFamilyOps overrides
-// ----------------------------------------------------------------------------------
-#include "backend/backend.h"
-#include "backend/cpu/cpu_family_ops.h"
+// ---- CpuFamilyOps overrides ----
 
 namespace bloomery::cpu {
 

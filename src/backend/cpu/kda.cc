@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
 
 namespace bloomery::cpu {
 
@@ -166,10 +168,7 @@ void kda_chunked(const KdaShape& s, const float* q, const float* k, const float*
 
 }  // namespace bloomery::cpu
 
-// ---- CpuFamilyOps overrides
-// ----------------------------------------------------------------------------------
-#include "backend/backend.h"
-#include "backend/cpu/cpu_family_ops.h"
+// ---- CpuFamilyOps overrides ----
 
 namespace bloomery::cpu {
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <vector>
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
 
 namespace bloomery::cpu {
 
@@ -90,10 +92,7 @@ void mhc_stream_mean(const float* X, int n, int D, float* out) {
 
 }  // namespace bloomery::cpu
 
-// ---- CpuFamilyOps overrides
-// ----------------------------------------------------------------------------------
-#include "backend/backend.h"
-#include "backend/cpu/cpu_family_ops.h"
+// ---- CpuFamilyOps overrides ----
 
 namespace bloomery::cpu {
 

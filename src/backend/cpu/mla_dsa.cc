@@ -4,20 +4,11 @@
 #include <algorithm>
 #include <cmath>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
 #include "backend/cpu/qsa.h"
 
 namespace bloomery::cpu {
-
-void layernorm(const float* x, const float* w, const float* b, int d, float eps, float* y) {
-  double mean = 0;
-  for (int i = 0; i < d; ++i) mean += x[i];
-  mean /= d;
-  double var = 0;
-  for (int i = 0; i < d; ++i) var += (x[i] - mean) * (x[i] - mean);
-  var /= d;
-  const float inv = 1.0f / std::sqrt(static_cast<float>(var) + eps);
-  for (int i = 0; i < d; ++i) y[i] = (x[i] - static_cast<float>(mean)) * inv * w[i] + b[i];
-}
 
 void dsa_indexer_append(const DsaIndexerConfig& c, DsaIndexerState& st, const float* k, const float* gs) {
   const int d = c.head_dim, P = c.pool;
@@ -64,50 +55,9 @@ void dsa_indexer_select(const DsaIndexerConfig& c, const DsaIndexerState& st, co
   for (int64_t x = np * P; x < visible; ++x) sel.tokens.push_back(x);
 }
 
-void mla_attend(const MlaShape& s, const float* q, const float* latent, const float* kv_b,
-                const std::vector<int64_t>& sel, float* out) {
-  const int L = s.kv_lora, dq = s.qk_dim, dv = s.v_dim;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(dq));
-  std::vector<float> qt(L), p(sel.size()), oc(L);
-  for (int h = 0; h < s.H; ++h) {
-    const float* Wuk = kv_b + static_cast<int64_t>(h) * (dq + dv) * L;
-    const float* Wuv = Wuk + static_cast<int64_t>(dq) * L;
-    const float* qh = q + h * dq;
-    // q~ = W_uk^T q, so that q . (W_uk c) = q~ . c
-    std::fill(qt.begin(), qt.end(), 0.0f);
-    for (int i = 0; i < dq; ++i)
-      for (int l = 0; l < L; ++l) qt[l] += qh[i] * Wuk[i * L + l];
-    float mx = -INFINITY;
-    for (size_t i = 0; i < sel.size(); ++i) {
-      const float* ct = latent + sel[i] * L;
-      float dot = 0;
-      for (int l = 0; l < L; ++l) dot += qt[l] * ct[l];
-      p[i] = dot * scale;
-      mx = std::max(mx, p[i]);
-    }
-    float sum = 0;
-    for (float& x : p) sum += (x = std::exp(x - mx));
-    std::fill(oc.begin(), oc.end(), 0.0f);
-    for (size_t i = 0; i < sel.size(); ++i) {
-      const float* ct = latent + sel[i] * L;
-      const float w = p[i] / sum;
-      for (int l = 0; l < L; ++l) oc[l] += w * ct[l];
-    }
-    float* oh = out + h * dv;
-    for (int i = 0; i < dv; ++i) {
-      float acc = 0;
-      for (int l = 0; l < L; ++l) acc += Wuv[i * L + l] * oc[l];
-      oh[i] = acc;
-    }
-  }
-}
-
 }  // namespace bloomery::cpu
 
-// ---- CpuFamilyOps overrides
-// ----------------------------------------------------------------------------------
-#include "backend/backend.h"
-#include "backend/cpu/cpu_family_ops.h"
+// ---- CpuFamilyOps overrides ----
 
 namespace bloomery::cpu {
 

@@ -1,4 +1,5 @@
-// glm5_next DSA (models.md §4.7): NoPE MLA over a latent cache, and the pooled (KPool) DSA indexer.
+// glm5_next DSA (models.md §4.7): the pooled (KPool) indexer; the absorbed NoPE MLA is
+// CpuFamilyOps::mla_attention.
 #pragma once
 
 #include <cstdint>
@@ -33,18 +34,5 @@ struct DsaSelection {
 // qi [n_heads, head_dim] = W_wq_b q_res; wts [n_heads] = W_weights h * n_heads^-0.5. Query at position t.
 void dsa_indexer_select(const DsaIndexerConfig& c, const DsaIndexerState& st, const float* qi,
                         const float* wts, int64_t t, DsaSelection& sel);
-
-// LayerNorm with weight and bias (f32).
-void layernorm(const float* x, const float* w, const float* b, int d, float eps, float* y);
-
-// ---- MLA (absorbed form over the latent cache) ----
-struct MlaShape {
-  int H = 0, qk_dim = 0, v_dim = 0, kv_lora = 0;
-};
-
-// q [H, qk_dim]; latent cache [T, kv_lora]; kv_b [H*(qk_dim+v_dim), kv_lora] (per head: W_uk rows, then W_uv
-// rows); out [H*v_dim]. Softmax over the selected positions with scale qk_dim^-0.5.
-void mla_attend(const MlaShape& s, const float* q, const float* latent, const float* kv_b,
-                const std::vector<int64_t>& sel, float* out);
 
 }  // namespace bloomery::cpu

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "backend/backend.h"
+#include "backend/cpu/cpu_family_ops.h"
 #include "backend/cpu/hyper_connections.h"
 
 namespace bloomery::cpu {
@@ -106,10 +108,7 @@ void sparse_gated_gqa(const float* q, const float* K, const float* V, const std:
 
 }  // namespace bloomery::cpu
 
-// ---- CpuFamilyOps overrides
-// ----------------------------------------------------------------------------------
-#include "backend/backend.h"
-#include "backend/cpu/cpu_family_ops.h"
+// ---- CpuFamilyOps overrides ----
 
 namespace bloomery::cpu {
 
