@@ -1,0 +1,343 @@
+// CudaBackend: device memory, shape checks and launches of the small ops (elementwise, norms, rope,
+// attention, router, conv1d, GDN). Weights, matmul and experts are in cuda_weights.cc.
+#include "backend/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace bloomery::cuda {
+
+namespace {
+
+void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
+  if (!ok) backend_shape_error(op, expected, found);
+}
+
+void same_numel(std::string_view op, const Tensor& a, const Tensor& b) {
+  need(a.numel() == b.numel(), op, a.shape_str() + " elements", b.shape_str());
+}
+
+std::shared_ptr<Storage> device_storage(size_t bytes, const std::string& what) {
+  auto st = std::make_shared<Storage>();
+  void* p = nullptr;
+  // +16 bytes so a zero-sized tensor still has a valid pointer.
+  BLOOMERY_CUDA_CHECK(cudaMalloc(&p, bytes + 16), what);
+  BLOOMERY_CUDA_CHECK(cudaMemset(p, 0, bytes + 16), what);
+  st->data = p;
+  st->bytes = bytes;
+  st->owner = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+  return st;
+}
+
+int act_code(Act a) {
+  return static_cast<int>(a);
+}
+
+}  // namespace
+
+void* Scratch::get(size_t bytes) {
+  if (bytes > bytes_) {
+    if (ptr_) BLOOMERY_CUDA_CHECK(cudaFree(ptr_), "scratch free");  // synchronises: no kernel still reads it
+    ptr_ = nullptr;
+    const size_t want = std::max(bytes, bytes_ * 2);
+    BLOOMERY_CUDA_CHECK(cudaMalloc(&ptr_, want), "scratch alloc " + std::to_string(want) + " bytes");
+    bytes_ = want;
+  }
+  return ptr_;
+}
+
+Scratch::~Scratch() {
+  if (ptr_) cudaFree(ptr_);
+}
+
+CudaBackend::CudaBackend(int device) : device_(device) {
+  BLOOMERY_CUDA_CHECK(cudaSetDevice(device), "select device " + std::to_string(device));
+}
+
+void CudaBackend::synchronize() {
+  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
+}
+
+void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
+  void* d = scratch_[slot].get(bytes + 16);
+  if (bytes)
+    BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_),
+                        "stage " + std::to_string(bytes) + " bytes");
+  return d;
+}
+
+// ---- memory
+// ------------------------------------------------------------------------------------------------
+
+Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    need(d >= 0, "alloc", "non-negative dims", shape_string(shape));
+    n *= d;
+  }
+  auto st = device_storage(static_cast<size_t>(n) * elem_size(type), "alloc " + shape_string(shape));
+  return Tensor(std::move(st), type, std::move(shape));
+}
+
+Tensor CudaBackend::upload(std::span<const float> data, std::vector<int64_t> shape) {
+  Tensor t = alloc(std::move(shape));
+  need(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(), std::to_string(data.size()));
+  BLOOMERY_CUDA_CHECK(cudaMemcpy(t.f32(), data.data(), data.size() * 4, cudaMemcpyHostToDevice),
+                      "upload " + t.shape_str());
+  return t;
+}
+
+std::vector<float> CudaBackend::download(const Tensor& t) {
+  std::vector<float> r(static_cast<size_t>(t.numel()));
+  if (t.type() == ElemType::I32) {
+    std::vector<int32_t> ints(r.size());
+    BLOOMERY_CUDA_CHECK(cudaMemcpy(ints.data(), t.i32(), ints.size() * 4, cudaMemcpyDeviceToHost),
+                        "download " + t.shape_str());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<float>(ints[i]);
+  } else {
+    BLOOMERY_CUDA_CHECK(cudaMemcpy(r.data(), t.f32(), r.size() * 4, cudaMemcpyDeviceToHost),
+                        "download " + t.shape_str());
+  }
+  return r;
+}
+
+void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+  same_numel("copy", dst, src);
+  const size_t bytes = static_cast<size_t>(src.numel()) * 4;
+  const char *d = reinterpret_cast<const char*>(dst.f32()), *s = reinterpret_cast<const char*>(src.f32());
+  const std::string what = "copy " + src.shape_str();
+  if (d == s || bytes == 0) return;
+  if (d < s + bytes && s < d + bytes) {  // overlapping ranges: go through scratch (memmove semantics)
+    void* tmp = scratch_[3].get(bytes);
+    BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDeviceToDevice, stream_), what);
+    BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(dst.f32(), tmp, bytes, cudaMemcpyDeviceToDevice, stream_), what);
+    return;
+  }
+  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(dst.f32(), src.f32(), bytes, cudaMemcpyDeviceToDevice, stream_), what);
+}
+
+void CudaBackend::fill(Tensor& t, float value) {
+  cuda::fill(t.f32(), t.numel(), value, stream_);
+}
+
+// ---- elementwise
+// -------------------------------------------------------------------------------------------
+
+void CudaBackend::add(Tensor& out, const Tensor& a, const Tensor& b) {
+  same_numel("add", out, a);
+  same_numel("add", a, b);
+  binary(Binary::Add, out.f32(), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
+}
+
+void CudaBackend::add_scaled(Tensor& out, const Tensor& a, const Tensor& b, float s) {
+  same_numel("add_scaled", out, a);
+  same_numel("add_scaled", a, b);
+  binary(Binary::AddScaled, out.f32(), a.f32(), b.f32(), s, a.numel(), stream_);
+}
+
+void CudaBackend::mul(Tensor& out, const Tensor& a, const Tensor& b) {
+  same_numel("mul", out, a);
+  same_numel("mul", a, b);
+  binary(Binary::Mul, out.f32(), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
+}
+
+void CudaBackend::scale(Tensor& out, const Tensor& x, float s) {
+  same_numel("scale", out, x);
+  cuda::scale(out.f32(), x.f32(), s, x.numel(), stream_);
+}
+
+void CudaBackend::activate(Tensor& out, const Tensor& x, Act act) {
+  same_numel("activate", out, x);
+  cuda::activate(out.f32(), x.f32(), act_code(act), x.numel(), stream_);
+}
+
+void CudaBackend::sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) {
+  same_numel("sigmoid_mul", out, x);
+  same_numel("sigmoid_mul", x, gate);
+  binary(Binary::SigmoidMul, out.f32(), x.f32(), gate.f32(), 0.0f, x.numel(), stream_);
+}
+
+void CudaBackend::scale_rows(Tensor& out, const Tensor& x, const Tensor& s) {
+  same_numel("scale_rows", out, x);
+  need(s.numel() == x.rows(), "scale_rows", std::to_string(x.rows()) + " scalars", s.shape_str());
+  cuda::scale_rows(out.f32(), x.f32(), s.f32(), x.rows(), x.cols(), stream_);
+}
+
+void CudaBackend::swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit) {
+  same_numel("swiglu", out, gate);
+  same_numel("swiglu", gate, up);
+  cuda::swiglu(out.f32(), gate.f32(), up.f32(), limit, gate.numel(), stream_);
+}
+
+void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
+  const int64_t R = x.rows(), C = x.cols(), n = out.cols();
+  need(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
+       "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
+       out.shape_str() + " at " + std::to_string(c0));
+  copy_cols(out.f32(), n, 0, x.f32(), C, c0, R, n, stream_);
+}
+
+void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
+  const int64_t R = dst.rows(), C = dst.cols(), n = src.cols();
+  need(src.rows() == R && c0 >= 0 && c0 + n <= C, "put_cols",
+       "src [" + std::to_string(R) + ", n] within dst " + dst.shape_str(),
+       src.shape_str() + " at " + std::to_string(c0));
+  copy_cols(dst.f32(), C, c0, src.f32(), n, 0, R, n, stream_);
+}
+
+// ---- norms
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+// The f32 copy of a small dense parameter (norm weights, conv kernels, gate vectors).
+const float* param_f32(const Weight& w, std::string_view op) {
+  if (!w.dense().defined())
+    raise("E_BACKEND_UNSUPPORTED", Where{"", w.name(), std::string(op)},
+          "a small dense parameter (kept as f32 on the card)",
+          "a stored-format weight " + shape_string(w.shape()));
+  return w.dense().f32();
+}
+}  // namespace
+
+void CudaBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
+                           int64_t group) {
+  const int64_t C = x.cols(), R = x.rows();
+  if (group <= 0) group = C;
+  need(out.numel() == x.numel(), "rms_norm", x.shape_str(), out.shape_str());
+  need(C % group == 0, "rms_norm", "cols divisible by group " + std::to_string(group), x.shape_str());
+  const float* wp = nullptr;
+  bool per_group = false;
+  if (kind == NormKind::Unweighted) {
+    need(w == nullptr, "rms_norm", "no weight for Unweighted", w ? w->name() : "");
+  } else {
+    need(w && (w->numel() == group || w->numel() == C), "rms_norm",
+         std::to_string(group) + " or " + std::to_string(C) + " weights",
+         w ? shape_string(w->shape()) : "none");
+    wp = param_f32(*w, "rms_norm");
+    per_group = w->numel() == C && C != group;
+  }
+  cuda::rms_norm(out.f32(), x.f32(), wp, eps, static_cast<int>(kind), R * (C / group), group, C / group,
+                 per_group, stream_);
+}
+
+void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, const Weight& w, float eps,
+                                 Act act) {
+  const int64_t G = w.numel();
+  need(G > 0 && x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(), "rms_norm_gated",
+       "x, z, out of equal size, a multiple of " + std::to_string(G), x.shape_str() + " " + z.shape_str());
+  cuda::rms_norm_gated(out.f32(), x.f32(), z.f32(), param_f32(w, "rms_norm_gated"), eps, act_code(act),
+                       x.numel() / G, G, stream_);
+}
+
+void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) {
+  const int64_t C = x.cols(), R = x.rows();
+  need(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
+       "weight and bias of " + std::to_string(C), shape_string(w.shape()) + " " + shape_string(b.shape()));
+  cuda::layer_norm(out.f32(), x.f32(), param_f32(w, "layer_norm"), param_f32(b, "layer_norm"), eps, R, C,
+                   stream_);
+}
+
+// ---- positional, attention
+// ---------------------------------------------------------------------------------
+
+void CudaBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) {
+  need(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
+       "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
+  const int rot = rope.rot_dim;
+  need(rot > 0 && rot % 2 == 0 && rot <= x.dim(2), "rope", "an even rot_dim <= " + std::to_string(x.dim(2)),
+       std::to_string(rot));
+  // inv_freq exactly as the CPU backend computes it, so both rotate by bit-identical angles.
+  std::vector<float> inv_freq(rot / 2);
+  for (int i = 0; i < rot / 2; ++i)
+    inv_freq[i] =
+        1.0f / std::pow(static_cast<float>(rope.theta), static_cast<float>(2 * i) / static_cast<float>(rot));
+  const auto* dpos = static_cast<const int64_t*>(stage(0, pos.data(), pos.size_bytes()));
+  const auto* dfreq = static_cast<const float*>(stage(1, inv_freq.data(), inv_freq.size() * 4));
+  cuda::rope(x.f32(), dpos, dfreq, x.dim(0), x.dim(1), x.dim(2), rot, rope.interleaved, stream_);
+}
+
+void CudaBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
+                            float scale, const Tensor* allowed) {
+  need(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v of rank 3",
+       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
+  const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
+  need(k.dim(2) == d && v.dim(0) == S && v.dim(1) == Hkv && Hkv > 0 && Hq % Hkv == 0, "attention",
+       "k [S, Hkv, d], v [S, Hkv, dv], Hq % Hkv == 0",
+       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  need(out.numel() == T * Hq * dv, "attention", "out [T, Hq, dv]", out.shape_str());
+  need(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
+       std::to_string(q0) + "+" + std::to_string(T));
+  if (allowed) need(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
+  cuda::attention(out.f32(), q.f32(), k.f32(), v.f32(), allowed ? allowed->f32() : nullptr, T, Hq, d, S, Hkv,
+                  dv, q0, scale, stream_);
+}
+
+void CudaBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& logits,
+                                     const RouterSpec& r) {
+  const int64_t T = logits.rows(), E = logits.cols(), k = r.top_k;
+  need(k >= 1 && k <= E && k <= 64, "route_softmax_topk", "1 <= top_k <= min(64, " + std::to_string(E) + ")",
+       std::to_string(k));
+  need(ids.type() == ElemType::I32 && ids.numel() == T * k && weights.numel() == T * k, "route_softmax_topk",
+       "ids (I32) and weights of [" + std::to_string(T) + ", " + std::to_string(k) + "]",
+       ids.shape_str() + " " + weights.shape_str());
+  cuda::route_softmax_topk(ids.i32(), weights.f32(), logits.f32(), T, E, static_cast<int>(k), r.renormalize,
+                           stream_);
+}
+
+// ---- linear attention
+// ----------------------------------------------------------------------------------------
+
+void CudaBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
+                                Act act) {
+  const int64_t T = x.rows(), C = x.cols(), K = w.cols();
+  need(w.rows() == C, "causal_conv1d", "w [" + std::to_string(C) + ", 1, K]", shape_string(w.shape()));
+  need(dilation >= 1, "causal_conv1d", "dilation >= 1", std::to_string(dilation));
+  const int64_t P = (K - 1) * dilation;
+  need(state.numel() == C * P, "causal_conv1d",
+       "state [" + std::to_string(C) + ", " + std::to_string(P) + "]", state.shape_str());
+  need(out.numel() == T * C && out.f32() != x.f32(), "causal_conv1d", "a separate out [T, C]",
+       out.shape_str());
+  cuda::causal_conv1d(out.f32(), x.f32(), param_f32(w, "causal_conv1d"), state.f32(), T, C, K, dilation,
+                      act_code(act), stream_);
+}
+
+void CudaBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
+                            const Weight& dt_bias) {
+  const int64_t Hv = A_log.numel(), T = a.numel() / std::max<int64_t>(1, Hv);
+  need(dt_bias.numel() == Hv && a.numel() == T * Hv && b.numel() == T * Hv && g.numel() == T * Hv &&
+           beta.numel() == T * Hv,
+       "gdn_gates", "a, b, g, beta [T, " + std::to_string(Hv) + "]", a.shape_str() + " " + b.shape_str());
+  cuda::gdn_gates(g.f32(), beta.f32(), a.f32(), b.f32(), param_f32(A_log, "gdn_gates"),
+                  param_f32(dt_bias, "gdn_gates"), T, Hv, stream_);
+}
+
+void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                   const Tensor& g, const Tensor& beta, Tensor& state, bool l2norm_qk,
+                                   bool chunked) {
+  need(q.ndim() == 3 && k.shape() == q.shape() && v.ndim() == 3 && v.dim(0) == q.dim(0), "gated_delta_rule",
+       "q, k [T, Hk, dk], v [T, Hv, dv]", q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  const int64_t T = q.dim(0), Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
+  need(Hk > 0 && Hv % Hk == 0, "gated_delta_rule", "Hv a multiple of Hk", std::to_string(Hv));
+  need(g.numel() == T * Hv && beta.numel() == T * Hv, "gated_delta_rule", "g, beta [T, Hv]",
+       g.shape_str() + " " + beta.shape_str());
+  need(state.numel() == Hv * dk * dv, "gated_delta_rule", "state [Hv, dk, dv]", state.shape_str());
+  need(out.numel() == T * Hv * dv, "gated_delta_rule", "out [T, Hv, dv]", out.shape_str());
+  need(dk <= kGdnMaxDk && dv % 32 == 0 && dv <= 1024, "gated_delta_rule",
+       "dk <= 128 and dv a multiple of 32 (CUDA kernel)", q.shape_str() + " " + v.shape_str());
+  // The prompt form runs the same recurrence for now (equal up to rounding); `chunked` is accepted.
+  (void)chunked;
+  cuda::gated_delta_rule(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), T, Hk, Hv,
+                         dk, dv, l2norm_qk, stream_);
+}
+
+}  // namespace bloomery::cuda
+
+namespace bloomery {
+std::unique_ptr<Backend> make_cuda_backend(int device) {
+  return std::make_unique<cuda::CudaBackend>(device);
+}
+}  // namespace bloomery

@@ -1,0 +1,119 @@
+// The CUDA backend: the generic ops of backend.h on device memory, weights kept on the card in their stored
+// formats (NVFP4 nibbles + E4M3 scales + f32 global, MXFP8 bytes + E8M0, FP8 blocks with an f32 grid, BF16).
+// Family ops (QSA, PLE, hyper-connections, KDA, MLA/DSA, mHC) keep FamilyOps' E_BACKEND_UNSUPPORTED default.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+
+#include "backend/backend.h"
+#include "backend/cuda/kernels.h"
+#include "formats/decode.h"
+
+namespace bloomery::cuda {
+
+// A weight as the card holds it: the stored-format view the kernels read, the buffers that own its bytes,
+// and (for small dense parameters: norms, conv kernels, gate vectors) an f32 copy in Weight::dense().
+struct CudaWeight {
+  DeviceWeight dw;
+  std::vector<std::shared_ptr<void>> buffers;
+};
+
+// A device buffer that only grows (per-call scratch: ids, positions, expert activations).
+class Scratch {
+ public:
+  void* get(size_t bytes);
+  ~Scratch();
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  // device: CUDA device ordinal. Throws E_CUDA when it cannot be used.
+  explicit CudaBackend(int device = 0);
+
+  std::string_view name() const override { return "cuda"; }
+  int threads() const override { return 1; }
+  cudaStream_t stream() const { return stream_; }
+  // Waits for every queued kernel (tests, timing).
+  void synchronize();
+
+  Tensor alloc(std::vector<int64_t> shape, ElemType type = ElemType::F32) override;
+  Tensor upload(std::span<const float> data, std::vector<int64_t> shape) override;
+  std::vector<float> download(const Tensor& t) override;
+  void copy(Tensor& dst, const Tensor& src) override;
+  void fill(Tensor& t, float value) override;
+
+  Weight load_weight(const TensorSource& source, const WeightRecord& record, std::vector<int64_t> shape,
+                     Warnings& warnings) override;
+  Weight stream_weight(const TensorSource& source, const WeightRecord& record, Warnings& warnings) override;
+  Weight upload_weight(std::string name, std::span<const float> data, std::vector<int64_t> shape) override;
+
+  void matmul(Tensor& out, const Tensor& x, const Weight& w) override;
+  void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) override;
+  void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) override;
+
+  void rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
+                int64_t group = 0) override;
+  void rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, const Weight& w, float eps,
+                      Act act) override;
+  void layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) override;
+
+  void add(Tensor& out, const Tensor& a, const Tensor& b) override;
+  void add_scaled(Tensor& out, const Tensor& a, const Tensor& b, float s) override;
+  void mul(Tensor& out, const Tensor& a, const Tensor& b) override;
+  void scale(Tensor& out, const Tensor& x, float s) override;
+  void activate(Tensor& out, const Tensor& x, Act act) override;
+  void sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) override;
+  void scale_rows(Tensor& out, const Tensor& x, const Tensor& s) override;
+  void swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit = 0.0f) override;
+  void take_cols(Tensor& out, const Tensor& x, int64_t c0) override;
+  void put_cols(Tensor& dst, const Tensor& src, int64_t c0) override;
+
+  void rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) override;
+  void attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0, float scale,
+                 const Tensor* allowed = nullptr) override;
+
+  void route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& logits, const RouterSpec& r) override;
+  void moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                   std::span<const ExpertWeights> experts, float swiglu_limit = 0.0f) override;
+
+  void causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
+                     Act act) override;
+  void gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
+                 const Weight& dt_bias) override;
+  void gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                        const Tensor& beta, Tensor& state, bool l2norm_qk, bool chunked) override;
+
+  // A weight from stored bytes already validated by the format layer (load_weight's upload step; tests).
+  Weight upload_stored(const std::string& name, std::vector<int64_t> shape, const WeightBytes& stored);
+
+  // Sampling on the card (not yet part of Backend): one token per row of logits [R, V].
+  std::vector<int32_t> sample(const Tensor& logits, const SampleParams& p);
+
+ private:
+  // Copies a host array into this call's scratch region `slot` (0..3) and returns the device pointer.
+  void* stage(int slot, const void* host, size_t bytes);
+  // Builds a Weight around a CudaWeight (adds the f32 dense copy of small dense weights).
+  Weight wrap(std::string name, std::vector<int64_t> shape, std::shared_ptr<CudaWeight> cw);
+  // y = x · W[row0 : row0 + n]ᵀ on raw pointers (GEMV for few rows, tiled GEMM for many).
+  void linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n);
+
+  int device_ = 0;
+  cudaStream_t stream_ = nullptr;
+  Scratch scratch_[4];
+};
+
+// The device-side view of a weight this backend made (refuses a weight from another backend).
+const DeviceWeight& device_weight(const Weight& w, std::string_view op);
+
+}  // namespace bloomery::cuda
+
+namespace bloomery {
+// The CUDA backend on `device`.
+std::unique_ptr<Backend> make_cuda_backend(int device = 0);
+}  // namespace bloomery

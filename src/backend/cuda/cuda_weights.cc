@@ -1,0 +1,318 @@
+// CUDA weights: a checkpoint weight goes to the card in its stored format (element bytes and NVFP4/MX block
+// scales as stored; FP8 channel/block scale grids and BF16 scales widened to f32, which is exact). Small
+// dense parameters also get an f32 copy for the ops that read them whole. Matmul, embedding gather and the
+// routed experts run on these stored bytes.
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "formats/tensor_source.h"
+#include "formats/weight_decode.h"
+#include "formats/weight_record.h"
+
+namespace bloomery::cuda {
+
+namespace {
+
+// Dense weights up to this many elements also keep an f32 copy (norms, conv kernels, A_log, biases).
+constexpr int64_t kDenseCopyMax = 262144;
+
+void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
+  if (!ok) backend_shape_error(op, expected, found);
+}
+
+std::shared_ptr<void> device_bytes(const void* host, size_t bytes, const std::string& what) {
+  void* p = nullptr;
+  BLOOMERY_CUDA_CHECK(cudaMalloc(&p, bytes + 16), "upload " + what);
+  if (bytes) BLOOMERY_CUDA_CHECK(cudaMemcpy(p, host, bytes, cudaMemcpyHostToDevice), "upload " + what);
+  return std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
+}
+
+bool is_dense(FormatId f) {
+  return f == FormatId::BF16 || f == FormatId::F16 || f == FormatId::F32;
+}
+
+DType dense_dtype(FormatId f) {
+  return f == FormatId::BF16 ? DType::BF16 : (f == FormatId::F16 ? DType::F16 : DType::F32);
+}
+
+bool is_e8m0_bytes(DType t) {
+  return t == DType::U8 || t == DType::F8_E8M0;
+}
+
+// Row reader of a streamed table (as on the CPU): rows are decoded on the host and uploaded per gather.
+struct StreamedTable {
+  const TensorSource* source = nullptr;
+  WeightRecord record;
+  mutable Warnings warnings;
+};
+
+}  // namespace
+
+const DeviceWeight& device_weight(const Weight& w, std::string_view op) {
+  const auto* cw = static_cast<const CudaWeight*>(w.impl().get());
+  if (!cw || w.streamed())
+    raise("E_BACKEND_UNSUPPORTED", Where{"", w.name(), std::string(op)},
+          "a weight loaded by the cuda backend",
+          w.streamed() ? "a streamed table" : "a weight without device data");
+  return cw->dw;
+}
+
+Weight CudaBackend::wrap(std::string name, std::vector<int64_t> shape, std::shared_ptr<CudaWeight> cw) {
+  Tensor dense;
+  const DeviceWeight& dw = cw->dw;
+  const int64_t numel = static_cast<int64_t>(dw.rows * dw.cols);
+  if (dw.format == FormatId::F32) {
+    // The stored bytes are the f32 tensor itself.
+    auto st = std::make_shared<Storage>();
+    st->data = const_cast<void*>(dw.data);
+    st->bytes = static_cast<size_t>(numel) * 4;
+    st->owner = cw;
+    dense = Tensor(std::move(st), ElemType::F32, shape);
+  } else if (is_dense(dw.format) && numel <= kDenseCopyMax) {
+    dense = alloc(shape);
+    dequantize(dw, dense.f32(), stream_);  // exact widening of BF16 / F16
+  }
+  return make_weight(std::move(name), std::move(shape), std::move(dense), false, std::move(cw));
+}
+
+Weight CudaBackend::upload_weight(std::string name, std::span<const float> data, std::vector<int64_t> shape) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  need(static_cast<size_t>(n) == data.size(), "upload_weight", shape_string(shape),
+       std::to_string(data.size()));
+  auto cw = std::make_shared<CudaWeight>();
+  cw->buffers.push_back(device_bytes(data.data(), data.size_bytes(), name));
+  cw->dw.format = FormatId::F32;
+  cw->dw.rows = shape.empty() ? 1 : static_cast<uint64_t>(shape[0]);
+  cw->dw.cols = cw->dw.rows ? static_cast<uint64_t>(n) / cw->dw.rows : 0;
+  cw->dw.data = cw->buffers.back().get();
+  return wrap(std::move(name), std::move(shape), std::move(cw));
+}
+
+Weight CudaBackend::load_weight(const TensorSource& source, const WeightRecord& record,
+                                std::vector<int64_t> shape, Warnings& warnings) {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  if (static_cast<uint64_t>(n) != record.rows() * record.cols())
+    raise("E_DENSE_SHAPE", Where{"", record.name, "shape"}, shape_string(shape),
+          shape_string(std::vector<int64_t>(record.shape.begin(), record.shape.end())));
+  const FormatId f = record.format;
+  // Parameters of a non-float stored dtype (and any dense weight whose dtype is not the format's own) are
+  // decoded by the format layer and kept as f32, as the CPU backend does.
+  if (is_dense(f) && (record.main.size() != 1 || record.main[0]->dtype != dense_dtype(f))) {
+    std::vector<float> data = decode_weight(source, record, warnings);
+    return upload_weight(record.name, data, std::move(shape));
+  }
+  // Validated by the format layer; CSF scales arrive as E4M3 bytes (a lossless decode of the stored code).
+  LoadedWeight lw = load_weight_rows(source, record, 0, record.rows(), warnings);
+  return upload_stored(record.name, std::move(shape), lw.bytes);
+}
+
+Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> shape,
+                                  const WeightBytes& wb) {
+  const FormatId f = wb.format;
+  auto cw = std::make_shared<CudaWeight>();
+  DeviceWeight& dw = cw->dw;
+  dw.format = f;
+  dw.rows = wb.rows;
+  dw.cols = wb.cols;
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  need(static_cast<uint64_t>(n) == wb.rows * wb.cols, "upload_stored", shape_string(shape) + " elements",
+       std::to_string(wb.rows) + " x " + std::to_string(wb.cols));
+  cw->buffers.push_back(device_bytes(wb.main.data(), wb.main.size(), name));
+  dw.data = cw->buffers.back().get();
+  auto widen = [&](DType t, std::span<const uint8_t> bytes, uint64_t count) {
+    std::vector<float> v(count);
+    for (uint64_t i = 0; i < count; ++i) v[i] = scale_value(t, bytes.data(), i);
+    cw->buffers.push_back(device_bytes(v.data(), v.size() * 4, name + " scales"));
+    return static_cast<const float*>(cw->buffers.back().get());
+  };
+  switch (f) {
+    case FormatId::NVFP4:
+    case FormatId::W4A16_NVFP4:
+    case FormatId::NVFP4_CT:
+      cw->buffers.push_back(device_bytes(wb.block_scale.data(), wb.block_scale.size(), name + " scales"));
+      dw.block_scales = static_cast<const uint8_t*>(cw->buffers.back().get());
+      dw.global = nvfp4_global_multiplier(wb);
+      break;
+    case FormatId::MXFP4:
+    case FormatId::MXFP8:
+      if (!is_e8m0_bytes(wb.scale_dtype))
+        raise("E_BACKEND_UNSUPPORTED", Where{"", name, "weight_scale"}, "E8M0 / U8 MX block scales",
+              std::string(dtype_name(wb.scale_dtype)) + " scales (not yet read by the CUDA kernels)");
+      cw->buffers.push_back(device_bytes(wb.block_scale.data(), wb.block_scale.size(), name + " scales"));
+      dw.block_scales = static_cast<const uint8_t*>(cw->buffers.back().get());
+      break;
+    case FormatId::FP8_TENSOR:
+      dw.global = scale_value(wb.global_dtype, wb.global_scale.data(), 0);
+      break;
+    case FormatId::FP8_CHANNEL:
+      dw.scale_f32 = widen(wb.scale_dtype, wb.block_scale, dw.rows);
+      break;
+    case FormatId::FP8_BLOCK: {
+      dw.block_n = wb.block_n;
+      dw.block_k = wb.block_k;
+      const uint64_t gr = (dw.rows + wb.block_n - 1) / wb.block_n,
+                     gc = (dw.cols + wb.block_k - 1) / wb.block_k;
+      dw.scale_f32 = widen(wb.scale_dtype, wb.block_scale, gr * gc);
+      break;
+    }
+    default:
+      break;  // dense: the elements are all
+  }
+  return wrap(name, std::move(shape), std::move(cw));
+}
+
+Weight CudaBackend::stream_weight(const TensorSource& source, const WeightRecord& record,
+                                  Warnings& warnings) {
+  auto st = std::make_shared<StreamedTable>();
+  st->source = &source;
+  st->record = record;
+  if (record.rows() > 0) (void)load_weight_rows(source, record, 0, 1, warnings);  // refuse a bad table now
+  std::vector<int64_t> shape(record.shape.begin(), record.shape.end());
+  return make_weight(record.name, std::move(shape), Tensor(), true, st);
+}
+
+// ---- matmul ----------------------------------------------------------------------------------------------
+
+void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0,
+                         int64_t n) {
+  const int64_t K = static_cast<int64_t>(dw.cols);
+  // Few rows: GEMV passes of up to 8 rows each (memory-bound, the weight read once per pass). Many: tiled
+  // GEMM.
+  constexpr int64_t kGemvUpTo = 32;
+  if (T <= kGemvUpTo) {
+    for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxRows) {
+      const int rows = static_cast<int>(std::min<int64_t>(kGemvMaxRows, T - t0));
+      gemv(dw, row0, n, x + t0 * K, rows, y + t0 * n, stream_);
+    }
+  } else {
+    gemm(dw, row0, n, x, T, y, stream_);
+  }
+}
+
+void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
+  const DeviceWeight& dw = device_weight(w, "matmul");
+  const int64_t K = w.cols(), T = x.rows();
+  need(static_cast<int64_t>(dw.cols) == K && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
+       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
+  need(x.cols() == K, "matmul", "x [T, " + std::to_string(K) + "] for " + w.name(), x.shape_str());
+  need(row0 >= 0 && n >= 0 && row0 + n <= w.rows(), "matmul", "rows within " + shape_string(w.shape()),
+       std::to_string(row0) + "+" + std::to_string(n));
+  need(out.numel() == T * n, "matmul",
+       "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
+       out.shape_str());
+  linear(out.f32(), x.f32(), T, dw, row0, n);
+}
+
+void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {
+  matmul_rows(out, x, w, 0, w.rows());
+}
+
+void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) {
+  const int64_t D = table.cols();
+  need(out.rows() == static_cast<int64_t>(ids.size()) && out.cols() == D, "gather_rows",
+       "[" + std::to_string(ids.size()) + ", " + std::to_string(D) + "]", out.shape_str());
+  for (int64_t id : ids)
+    if (id < 0 || id >= table.rows())
+      raise("E_TOKEN_RANGE", Where{"", table.name(), "row"}, "a row below " + std::to_string(table.rows()),
+            std::to_string(id));
+  if (!table.streamed()) {
+    const DeviceWeight& dw = device_weight(table, "gather_rows");
+    need(static_cast<int64_t>(dw.cols) == D, "gather_rows", "a table whose rows are its stored rows",
+         table.name());
+    const auto* d_ids = static_cast<const int64_t*>(stage(0, ids.data(), ids.size_bytes()));
+    cuda::gather_rows(dw, d_ids, static_cast<int64_t>(ids.size()), out.f32(), stream_);
+    return;
+  }
+  const auto* st = static_cast<const StreamedTable*>(table.impl().get());
+  std::vector<float> rows(ids.size() * D);
+  for (size_t i = 0; i < ids.size(); ++i)
+    decode_weight_rows(*st->source, st->record, ids[i], 1, rows.data() + i * D, st->warnings);
+  BLOOMERY_CUDA_CHECK(cudaMemcpy(out.f32(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice),
+                      "gather_rows (streamed) " + table.name());
+}
+
+// ---- routed experts --------------------------------------------------------------------------------------
+
+void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
+                              std::span<const ExpertWeights> experts, float swiglu_limit) {
+  const int64_t T = x.rows(), D = x.cols(), k = ids.cols();
+  need(ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
+       "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());
+  // The routing decides which weights to read: bring the ids to the host and group tokens per expert.
+  std::vector<int32_t> h_ids(static_cast<size_t>(T * k));
+  BLOOMERY_CUDA_CHECK(cudaMemcpy(h_ids.data(), ids.i32(), h_ids.size() * 4, cudaMemcpyDeviceToHost),
+                      "moe_experts ids " + ids.shape_str());
+  const int64_t E = static_cast<int64_t>(experts.size());
+  std::vector<std::vector<int32_t>> rows(E), slots(E);
+  for (int64_t i = 0; i < T * k; ++i) {
+    const int32_t e = h_ids[i];
+    need(e >= 0 && e < E && experts[e].gate && experts[e].up && experts[e].down, "moe_experts",
+         "a loaded expert below " + std::to_string(E), std::to_string(e));
+    rows[e].push_back(static_cast<int32_t>(i / k));
+    slots[e].push_back(static_cast<int32_t>(i));
+  }
+  // One upload of every expert's (row, slot) lists, laid out expert after expert.
+  std::vector<int32_t> lists;
+  std::vector<int64_t> at(E, 0);
+  for (int64_t e = 0; e < E; ++e) {
+    if (rows[e].empty()) continue;
+    at[e] = static_cast<int64_t>(lists.size());
+    lists.insert(lists.end(), rows[e].begin(), rows[e].end());
+    lists.insert(lists.end(), slots[e].begin(), slots[e].end());
+  }
+  const auto* d_lists = static_cast<const int32_t*>(stage(0, lists.data(), lists.size() * 4));
+  int64_t I = 0, max_count = 0;
+  for (int64_t e = 0; e < E; ++e)
+    if (!rows[e].empty()) {
+      const ExpertWeights& ew = experts[e];
+      need(ew.gate->cols() == D && ew.up->rows() == ew.gate->rows() && ew.down->rows() == D &&
+               ew.down->cols() == ew.gate->rows(),
+           "moe_experts", "gate/up [I, " + std::to_string(D) + "], down [" + std::to_string(D) + ", I]",
+           ew.gate->name() + " " + shape_string(ew.gate->shape()));
+      I = std::max<int64_t>(I, ew.gate->rows());
+      max_count = std::max<int64_t>(max_count, static_cast<int64_t>(rows[e].size()));
+    }
+  cuda::fill(out.f32(), out.numel(), 0.0f, stream_);
+  if (max_count == 0) return;
+  // Scratch: xs [c, D], gate [c, I], up [c, I], ys [c, D].
+  float* base =
+      static_cast<float*>(scratch_[1].get(static_cast<size_t>(max_count * (2 * D + 2 * I)) * 4 + 64));
+  float *xs = base, *g = xs + max_count * D, *u = g + max_count * I, *ys = u + max_count * I;
+  for (int64_t e = 0; e < E; ++e) {
+    const int64_t c = static_cast<int64_t>(rows[e].size());
+    if (c == 0) continue;
+    const ExpertWeights& ew = experts[e];
+    const int64_t Ie = ew.gate->rows();
+    const int32_t* d_rows = d_lists + at[e];
+    const int32_t* d_slots = d_rows + c;
+    gather_tokens(xs, x.f32(), d_rows, c, D, stream_);
+    linear(g, xs, c, device_weight(*ew.gate, "moe_experts"), 0, Ie);
+    linear(u, xs, c, device_weight(*ew.up, "moe_experts"), 0, Ie);
+    cuda::swiglu(g, g, u, swiglu_limit, c * Ie, stream_);
+    linear(ys, g, c, device_weight(*ew.down, "moe_experts"), 0, D);
+    scatter_add_scaled(out.f32(), ys, d_rows, d_slots, weights.f32(), c, D, stream_);
+  }
+}
+
+}  // namespace bloomery::cuda
+
+namespace bloomery::cuda {
+
+std::vector<int32_t> CudaBackend::sample(const Tensor& logits, const SampleParams& p) {
+  const int64_t R = logits.rows(), V = logits.cols();
+  need(V > 0 && logits.type() == ElemType::F32, "sample", "f32 logits [R, V]", logits.shape_str());
+  float* scratch = static_cast<float*>(scratch_[2].get(static_cast<size_t>(R * V + R) * 4 + 64));
+  auto* d_ids = reinterpret_cast<int32_t*>(scratch + R * V);
+  cuda::sample(d_ids, logits.f32(), R, V, p, scratch, stream_);
+  std::vector<int32_t> out(static_cast<size_t>(R));
+  BLOOMERY_CUDA_CHECK(cudaMemcpy(out.data(), d_ids, out.size() * 4, cudaMemcpyDeviceToHost),
+                      "sample ids [" + std::to_string(R) + "]");
+  return out;
+}
+
+}  // namespace bloomery::cuda

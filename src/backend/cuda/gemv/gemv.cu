@@ -1,0 +1,134 @@
+// Decode GEMV on stored-format weights: y[t, r] = Σ_k x[t, k] · W[row0 + r, k] for 1 ≤ T ≤ 8 rows of x. One
+// warp per weight row; each lane reads 16-byte units of stored elements, decodes them in registers (bit-exact
+// with the CPU decoders) and multiplies them into all T rows, so the weight is read once for every row.
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/weight_access.cuh"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr int kWarps = 8;  // weight rows per block
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+template <Width W>
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_units(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
+               float* __restrict__ y) {
+  constexpr int E = Unit<W>::kElems;
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5);
+  if (r >= n) return;
+  const uint64_t row = row0 + r, K = w.cols, units = K / E;
+  float acc[kGemvMaxRows] = {};
+  for (uint64_t u = lane; u < units; u += 32) {
+    float v[E];
+    decode_unit<W>(w, row, u * E, v);
+#pragma unroll
+    for (int t = 0; t < kGemvMaxRows; ++t) {
+      if (t >= T) break;
+      const float4* xr = reinterpret_cast<const float4*>(x + t * K + u * E);
+#pragma unroll
+      for (int i = 0; i < E / 4; ++i) {
+        const float4 q = __ldg(xr + i);
+        acc[t] = fmaf(v[4 * i], q.x, acc[t]);
+        acc[t] = fmaf(v[4 * i + 1], q.y, acc[t]);
+        acc[t] = fmaf(v[4 * i + 2], q.z, acc[t]);
+        acc[t] = fmaf(v[4 * i + 3], q.w, acc[t]);
+      }
+    }
+  }
+#pragma unroll
+  for (int t = 0; t < kGemvMaxRows; ++t) {
+    if (t >= T) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) y[t * n + r] = s;
+  }
+}
+
+// Any shape (K not a multiple of the unit, FP8 tiles narrower than 16): element by element.
+__global__ void __launch_bounds__(kWarps * 32)
+    gemv_elements(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
+                  float* __restrict__ y) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5);
+  if (r >= n) return;
+  const uint64_t row = row0 + r, K = w.cols;
+  float acc[kGemvMaxRows] = {};
+  for (uint64_t k = lane; k < K; k += 32) {
+    const float v = weight_element(w, row, k);
+#pragma unroll
+    for (int t = 0; t < kGemvMaxRows; ++t)
+      if (t < T) acc[t] = fmaf(v, x[t * K + k], acc[t]);
+  }
+#pragma unroll
+  for (int t = 0; t < kGemvMaxRows; ++t) {
+    if (t >= T) break;
+    const float s = warp_sum(acc[t]);
+    if (lane == 0) y[t * n + r] = s;
+  }
+}
+
+Width width_of(FormatId f) {
+  switch (f) {
+    case FormatId::F32:
+      return Width::F32;
+    case FormatId::BF16:
+    case FormatId::F16:
+      return Width::Half;
+    case FormatId::NVFP4:
+    case FormatId::W4A16_NVFP4:
+    case FormatId::NVFP4_CT:
+    case FormatId::MXFP4:
+      return Width::Fp4;
+    default:
+      return Width::Fp8;
+  }
+}
+
+}  // namespace
+
+// True when rows can be read in 16-byte units: K a multiple of the unit (row starts stay aligned) and, for
+// FP8 blocks, tiles whose width is a multiple of 16 (one scale per unit).
+bool unit_path(const DeviceWeight& w) {
+  const uint64_t E = static_cast<uint64_t>(width_of(w.format));
+  if (w.cols % E != 0) return false;
+  if (w.format == FormatId::FP8_BLOCK && w.block_k % 16 != 0) return false;
+  return true;
+}
+
+void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s) {
+  if (n == 0 || T == 0) return;
+  const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
+  const bool x_aligned = (reinterpret_cast<uintptr_t>(x) % 16) == 0;
+  if (!unit_path(w) || !x_aligned) {
+    gemv_elements<<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+  } else {
+    switch (width_of(w.format)) {
+      case Width::F32:
+        gemv_units<Width::F32><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+        break;
+      case Width::Half:
+        gemv_units<Width::Half><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+        break;
+      case Width::Fp8:
+        gemv_units<Width::Fp8><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+        break;
+      case Width::Fp4:
+        gemv_units<Width::Fp4><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+        break;
+    }
+  }
+  BLOOMERY_CUDA_CHECK_LAUNCH("gemv " + std::string(format_name(w.format)) + " W[" + std::to_string(w.rows) +
+                             ", " + std::to_string(w.cols) + "] rows " + std::to_string(row0) + "+" +
+                             std::to_string(n) + " x[" + std::to_string(T) + "]");
+}
+
+}  // namespace bloomery::cuda

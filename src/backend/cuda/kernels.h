@@ -1,0 +1,91 @@
+// Launchers of the CUDA backend's kernels: raw device pointers and sizes only, so .cu files stay free of
+// fmt/nlohmann (nvcc chokes on fmt 9). Host glue with shape checks lives in cuda_backend*.cc. Every launcher
+// checks its launch with BLOOMERY_CUDA_CHECK_LAUNCH naming the kernel and its shape. All run on `stream`.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/dequant.h"
+
+namespace bloomery::cuda {
+
+// Activation codes, equal to bloomery::Act's values (None, Silu, Sigmoid, Softplus, Relu).
+enum ActCode : int { kActNone = 0, kActSilu = 1, kActSigmoid = 2, kActSoftplus = 3, kActRelu = 4 };
+
+// ---- gemv / gemm (y[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ, W in its stored format) ----------------------
+// Decode GEMV: 1 ≤ T ≤ 8 rows share one pass over the weight. K = w.cols.
+constexpr int kGemvMaxRows = 8;
+void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s);
+// Prompt GEMM: any T; weight tiles are dequantised into shared memory, f32 accumulate.
+void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
+          cudaStream_t s);
+// out[i, :] = W[ids[i], :] decoded to f32 (any stored format); ids on the card.
+void gather_rows(const DeviceWeight& w, const int64_t* ids, int64_t count, float* out, cudaStream_t s);
+
+// ---- elementwise -----------------------------------------------------------------------------------------
+enum class Binary : int { Add, Mul, AddScaled, SigmoidMul };
+void fill(float* p, int64_t n, float v, cudaStream_t s);
+void binary(Binary op, float* out, const float* a, const float* b, float scalar, int64_t n, cudaStream_t s);
+void scale(float* out, const float* x, float sc, int64_t n, cudaStream_t s);
+void activate(float* out, const float* x, int act, int64_t n, cudaStream_t s);
+void scale_rows(float* out, const float* x, const float* sc, int64_t R, int64_t C, cudaStream_t s);
+void swiglu(float* out, const float* gate, const float* up, float limit, int64_t n, cudaStream_t s);
+// dst[r, d0 + c] = src[r, s0 + c] for c < n; row strides ds / ss (column slice copies, both ways).
+void copy_cols(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0, int64_t R,
+               int64_t n, cudaStream_t s);
+
+// ---- norms -----------------------------------------------------------------------------------------------
+// kind: 0 Plain, 1 OnePlus, 2 Unweighted (NormKind order). w_per_group: w has C elements (slice per group).
+void rms_norm(float* out, const float* x, const float* w, float eps, int kind, int64_t groups, int64_t group,
+              int64_t groups_per_row, bool w_per_group, cudaStream_t s);
+void rms_norm_gated(float* out, const float* x, const float* z, const float* w, float eps, int act,
+                    int64_t groups, int64_t group, cudaStream_t s);
+void layer_norm(float* out, const float* x, const float* w, const float* b, float eps, int64_t R, int64_t C,
+                cudaStream_t s);
+
+// ---- positional ------------------------------------------------------------------------------------------
+// inv_freq[rot/2] on the card, computed by the host in f32 as the CPU backend does.
+void rope(float* x, const int64_t* pos, const float* inv_freq, int64_t T, int64_t H, int64_t hd, int rot,
+          bool interleaved, cudaStream_t s);
+
+// ---- attention -------------------------------------------------------------------------------------------
+void attention(float* out, const float* q, const float* k, const float* v, const float* allowed, int64_t T,
+               int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale,
+               cudaStream_t s);
+
+// ---- mixture of experts ----------------------------------------------------------------------------------
+void route_softmax_topk(int32_t* ids, float* weights, const float* logits, int64_t T, int64_t E, int k,
+                        bool renormalize, cudaStream_t s);
+// xs[i, :] = x[rows[i], :] (rows on the card)
+void gather_tokens(float* xs, const float* x, const int32_t* rows, int64_t count, int64_t D, cudaStream_t s);
+// out[rows[i], :] += wts[slot[i]] · ys[i, :]; rows are distinct within one call (one expert's tokens).
+void scatter_add_scaled(float* out, const float* ys, const int32_t* rows, const int32_t* slots,
+                        const float* wts, int64_t count, int64_t D, cudaStream_t s);
+
+// ---- linear attention ------------------------------------------------------------------------------------
+void causal_conv1d(float* out, const float* x, const float* w, float* state, int64_t T, int64_t C, int64_t K,
+                   int dilation, int act, cudaStream_t s);
+void gdn_gates(float* g, float* beta, const float* a, const float* b, const float* A_log,
+               const float* dt_bias, int64_t T, int64_t Hv, cudaStream_t s);
+// Token-by-token gated delta rule, f32 state in registers (dk ≤ 128 per thread column, dv threads per head).
+void gated_delta_rule(float* out, const float* q, const float* k, const float* v, const float* g,
+                      const float* beta, float* state, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
+                      int64_t dv, bool l2norm_qk, cudaStream_t s);
+constexpr int kGdnMaxDk = 128;
+
+// ---- sampling --------------------------------------------------------------------------------------------
+struct SampleParams {
+  float temperature = 0.0f;  // ≤ 0: greedy (lowest index on ties)
+  int top_k = 0;             // 0: off
+  float top_p = 1.0f;        // 1: off
+  float min_p = 0.0f;        // 0: off
+  uint64_t seed = 0;
+  uint64_t step = 0;  // counter mixed into the seed (one draw per step)
+};
+// One token id per row of logits [R, V]; result on the card in ids[R]. scratch: V floats per row.
+void sample(int32_t* ids, const float* logits, int64_t R, int64_t V, const SampleParams& p, float* scratch,
+            cudaStream_t s);
+
+}  // namespace bloomery::cuda

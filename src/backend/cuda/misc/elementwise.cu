@@ -1,0 +1,121 @@
+// Elementwise kernels (fill, add, mul, scaled add, σ-gate, activations, per-row scale, SwiGLU, column
+// copies): grid-stride loops, one f32 operation order per element as in the CPU backend.
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/device_math.cuh"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+#define GRID_STRIDE(i, n)                                                                \
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < (n); \
+       i += gridDim.x * static_cast<int64_t>(blockDim.x))
+
+__global__ void fill_k(float* p, int64_t n, float v) {
+  GRID_STRIDE(i, n) p[i] = v;
+}
+
+__global__ void binary_k(int op, float* out, const float* a, const float* b, float sc, int64_t n) {
+  GRID_STRIDE(i, n) {
+    const float x = a[i], y = b[i];
+    switch (op) {
+      case 0:
+        out[i] = x + y;
+        break;
+      case 1:
+        out[i] = x * y;
+        break;
+      case 2:
+        out[i] = x + sc * y;
+        break;
+      default:
+        out[i] = x * act_apply(kActSigmoid, y);
+    }
+  }
+}
+
+__global__ void scale_k(float* out, const float* x, float s, int64_t n) {
+  GRID_STRIDE(i, n) out[i] = x[i] * s;
+}
+
+__global__ void activate_k(float* out, const float* x, int act, int64_t n) {
+  GRID_STRIDE(i, n) out[i] = act_apply(act, x[i]);
+}
+
+__global__ void scale_rows_k(float* out, const float* x, const float* s, int64_t R, int64_t C) {
+  GRID_STRIDE(i, R * C) out[i] = x[i] * s[i / C];
+}
+
+__global__ void swiglu_k(float* out, const float* gate, const float* up, float limit, int64_t n) {
+  GRID_STRIDE(i, n) {
+    float g = gate[i], u = up[i];
+    if (limit > 0.0f) {
+      g = fminf(g, limit);
+      u = fminf(fmaxf(u, -limit), limit);
+    }
+    out[i] = act_apply(kActSilu, g) * u;
+  }
+}
+
+__global__ void copy_cols_k(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0,
+                            int64_t R, int64_t n) {
+  GRID_STRIDE(i, R * n) {
+    const int64_t r = i / n, c = i % n;
+    dst[r * ds + d0 + c] = src[r * ss + s0 + c];
+  }
+}
+
+std::string sz(int64_t n) {
+  return "[" + std::to_string(n) + "]";
+}
+
+}  // namespace
+
+void fill(float* p, int64_t n, float v, cudaStream_t s) {
+  if (n == 0) return;
+  fill_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(p, n, v);
+  BLOOMERY_CUDA_CHECK_LAUNCH("fill " + sz(n));
+}
+
+void binary(Binary op, float* out, const float* a, const float* b, float scalar, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  binary_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<int>(op), out, a, b, scalar, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("binary op " + std::to_string(static_cast<int>(op)) + " " + sz(n));
+}
+
+void scale(float* out, const float* x, float sc, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  scale_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, x, sc, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("scale " + sz(n));
+}
+
+void activate(float* out, const float* x, int act, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  activate_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, x, act, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("activate " + sz(n));
+}
+
+void scale_rows(float* out, const float* x, const float* sc, int64_t R, int64_t C, cudaStream_t s) {
+  if (R * C == 0) return;
+  scale_rows_k<<<grid_for(R * C, kThreads), kThreads, 0, s>>>(out, x, sc, R, C);
+  BLOOMERY_CUDA_CHECK_LAUNCH("scale_rows [" + std::to_string(R) + ", " + std::to_string(C) + "]");
+}
+
+void swiglu(float* out, const float* gate, const float* up, float limit, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  swiglu_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, gate, up, limit, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("swiglu " + sz(n));
+}
+
+void copy_cols(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0, int64_t R,
+               int64_t n, cudaStream_t s) {
+  if (R * n == 0) return;
+  copy_cols_k<<<grid_for(R * n, kThreads), kThreads, 0, s>>>(dst, ds, d0, src, ss, s0, R, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("copy_cols [" + std::to_string(R) + ", " + std::to_string(n) + "]");
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,105 @@
+// Softmax top-k router (one block per token: softmax in f32, then k rounds of a block argmax, ties to the
+// lower expert as the CPU's stable sort) and the gather / weighted scatter that run routed experts per
+// expert.
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/device_math.cuh"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+__global__ void __launch_bounds__(kThreads)
+    router_k(int32_t* ids, float* weights, const float* logits, int64_t E, int k, bool renormalize) {
+  extern __shared__ float p[];  // E floats
+  __shared__ float red[33];
+  __shared__ float best_v[kThreads / 32];
+  __shared__ int best_i[kThreads / 32];
+  __shared__ float chosen[64];
+  __shared__ int chosen_i[64];
+  const int64_t t = blockIdx.x;
+  const float* l = logits + t * E;
+  float mx = -INFINITY;
+  for (int64_t e = threadIdx.x; e < E; e += kThreads) mx = fmaxf(mx, l[e]);
+  mx = block_reduce_max(mx, red);
+  float sum = 0.0f;
+  for (int64_t e = threadIdx.x; e < E; e += kThreads) sum += (p[e] = expf(l[e] - mx));
+  sum = block_reduce_sum(sum, red);
+  for (int64_t e = threadIdx.x; e < E; e += kThreads) p[e] /= sum;
+  __syncthreads();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int j = 0; j < k; ++j) {
+    float bv = -1.0f;
+    int bi = 0x7FFFFFFF;
+    for (int64_t e = threadIdx.x; e < E; e += kThreads)
+      if (p[e] > bv) bv = p[e], bi = static_cast<int>(e);  // ascending e: first max wins
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(0xFFFFFFFFu, bv, o);
+      const int oi = __shfl_xor_sync(0xFFFFFFFFu, bi, o);
+      if (ov > bv || (ov == bv && oi < bi)) bv = ov, bi = oi;
+    }
+    if (lane == 0) best_v[warp] = bv, best_i[warp] = bi;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float v = best_v[0];
+      int i = best_i[0];
+      for (int w = 1; w < kThreads / 32; ++w)
+        if (best_v[w] > v || (best_v[w] == v && best_i[w] < i)) v = best_v[w], i = best_i[w];
+      chosen[j] = v;
+      chosen_i[j] = i;
+      p[i] = -2.0f;  // taken
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) {
+    float tot = 0.0f;
+    for (int j = 0; j < k; ++j) tot += chosen[j];
+    for (int j = 0; j < k; ++j) {
+      ids[t * k + j] = chosen_i[j];
+      weights[t * k + j] = renormalize ? chosen[j] / tot : chosen[j];
+    }
+  }
+}
+
+__global__ void gather_tokens_k(float* xs, const float* x, const int32_t* rows, int64_t D) {
+  const int64_t i = blockIdx.x;
+  for (int64_t c = threadIdx.x; c < D; c += blockDim.x) xs[i * D + c] = x[rows[i] * D + c];
+}
+
+__global__ void scatter_add_k(float* out, const float* ys, const int32_t* rows, const int32_t* slots,
+                              const float* wts, int64_t D) {
+  const int64_t i = blockIdx.x;
+  const float w = wts[slots[i]];
+  for (int64_t c = threadIdx.x; c < D; c += blockDim.x) out[rows[i] * D + c] += ys[i * D + c] * w;
+}
+
+}  // namespace
+
+void route_softmax_topk(int32_t* ids, float* weights, const float* logits, int64_t T, int64_t E, int k,
+                        bool renormalize, cudaStream_t s) {
+  const std::string what = "route_softmax_topk logits[" + std::to_string(T) + ", " + std::to_string(E) +
+                           "] k " + std::to_string(k);
+  if (k > 64) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": top_k > 64");
+  if (T == 0) return;
+  router_k<<<static_cast<unsigned>(T), kThreads, E * sizeof(float), s>>>(ids, weights, logits, E, k,
+                                                                         renormalize);
+  BLOOMERY_CUDA_CHECK_LAUNCH(what);
+}
+
+void gather_tokens(float* xs, const float* x, const int32_t* rows, int64_t count, int64_t D, cudaStream_t s) {
+  if (count == 0) return;
+  gather_tokens_k<<<static_cast<unsigned>(count), 256, 0, s>>>(xs, x, rows, D);
+  BLOOMERY_CUDA_CHECK_LAUNCH("moe gather_tokens [" + std::to_string(count) + ", " + std::to_string(D) + "]");
+}
+
+void scatter_add_scaled(float* out, const float* ys, const int32_t* rows, const int32_t* slots,
+                        const float* wts, int64_t count, int64_t D, cudaStream_t s) {
+  if (count == 0) return;
+  scatter_add_k<<<static_cast<unsigned>(count), 256, 0, s>>>(out, ys, rows, slots, wts, D);
+  BLOOMERY_CUDA_CHECK_LAUNCH("moe scatter_add [" + std::to_string(count) + ", " + std::to_string(D) + "]");
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,112 @@
+// Device reads of a stored-format weight (DeviceWeight): one element, or a 16-byte unit of stored elements
+// decoded to f32 in registers. Same arithmetic as dequant.cu / the CPU decoders (formats/decode.h), so every
+// decoded weight is bit-identical to the CPU's.
+#pragma once
+
+#include <cuda_fp16.h>
+
+#include <cstdint>
+
+#include "backend/cuda/dequant.h"
+#include "backend/cuda/elements.cuh"
+
+namespace bloomery::cuda {
+
+// The FP8 family shares one element type; its scale differs.
+__device__ __forceinline__ float fp8_scale(const DeviceWeight& w, uint64_t n, uint64_t k) {
+  switch (w.format) {
+    case FormatId::MXFP8:
+      return e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k / 32]);
+    case FormatId::FP8_CHANNEL:
+      return w.scale_f32[n];
+    case FormatId::FP8_BLOCK:
+      return w.scale_f32[(n / w.block_n) * ((w.cols + w.block_k - 1) / w.block_k) + k / w.block_k];
+    default:  // FP8_TENSOR
+      return w.global;
+  }
+}
+
+__device__ __forceinline__ bool is_fp4(FormatId f) {
+  return f == FormatId::NVFP4 || f == FormatId::W4A16_NVFP4 || f == FormatId::NVFP4_CT ||
+         f == FormatId::MXFP4;
+}
+
+// Element (n, k) of the logical weight as f32.
+__device__ __forceinline__ float weight_element(const DeviceWeight& w, uint64_t n, uint64_t k) {
+  switch (w.format) {
+    case FormatId::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(w.data)[n * w.cols + k]);
+    case FormatId::F16:
+      return __half2float(static_cast<const __half*>(w.data)[n * w.cols + k]);
+    case FormatId::F32:
+      return static_cast<const float*>(w.data)[n * w.cols + k];
+    case FormatId::NVFP4:
+    case FormatId::W4A16_NVFP4:
+    case FormatId::NVFP4_CT:
+    case FormatId::MXFP4: {
+      const uint8_t byte = static_cast<const uint8_t*>(w.data)[n * (w.cols / 2) + k / 2];
+      const float e = e2m1_to_f32((k & 1) ? (byte >> 4) : (byte & 0xFu));
+      if (w.format == FormatId::MXFP4)
+        return __fmul_rn(e, e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k / 32]));
+      return __fmul_rn(__fmul_rn(e, e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k / 16])), w.global);
+    }
+    default: {
+      const float e = e4m3_to_f32(static_cast<const uint8_t*>(w.data)[n * w.cols + k]);
+      return __fmul_rn(e, fp8_scale(w, n, k));
+    }
+  }
+}
+
+// Stored formats grouped by element width; a 16-byte unit holds kUnit elements.
+enum class Width : int { F32 = 4, Half = 8, Fp8 = 16, Fp4 = 32 };
+
+template <Width W>
+struct Unit {
+  static constexpr int kElems = static_cast<int>(W);
+};
+
+// Decodes the 16-byte unit starting at element k0 of row n (k0 a multiple of kElems, row start 16-byte
+// aligned) into v[kElems].
+template <Width W>
+__device__ __forceinline__ void decode_unit(const DeviceWeight& w, uint64_t n, uint64_t k0, float* v) {
+  if constexpr (W == Width::F32) {
+    const float4 q = *reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + n * w.cols + k0);
+    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+  } else if constexpr (W == Width::Half) {
+    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    const bool f16 = w.format == FormatId::F16;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = words[i] & 0xFFFFu, hi = words[i] >> 16;
+      v[2 * i] = f16 ? __half2float(__ushort_as_half(lo)) : bf16_to_f32(lo);
+      v[2 * i + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_to_f32(hi);
+    }
+  } else if constexpr (W == Width::Fp8) {
+    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    // A 16-element unit never straddles an MX block (32) or an FP8 tile (bk is a multiple of 16 when the
+    // vector path is taken), so one scale serves the unit.
+    const float s = fp8_scale(w, n, k0);
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(e4m3_to_f32((words[i / 4] >> (8 * (i % 4))) & 0xFFu), s);
+  } else {
+    const uint4 q =
+        *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2);
+    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    if (w.format == FormatId::MXFP4) {
+      const float s = e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k0 / 32]);
+#pragma unroll
+      for (int i = 0; i < 32; ++i) v[i] = __fmul_rn(e2m1_to_f32((words[i / 8] >> (4 * (i % 8))) & 0xFu), s);
+    } else {
+      const float s0 = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
+      const float s1 = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16 + 1]);
+#pragma unroll
+      for (int i = 0; i < 32; ++i)
+        v[i] = __fmul_rn(__fmul_rn(e2m1_to_f32((words[i / 8] >> (4 * (i % 8))) & 0xFu), i < 16 ? s0 : s1),
+                         w.global);
+    }
+  }
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,228 @@
+// CUDA backend vs CPU backend: matmul (GEMV for ≤ 32 rows, tiled GEMM beyond) on weights kept in their stored
+// formats, embedding gather, routed experts, and every rank-2 weight of the fixture checkpoints loaded
+// through TensorSource → resolve_checkpoint → load_weight on both backends.
+//
+// Tolerance: both sides decode the weights bit-identically (dequant_test), so outputs differ only by f32
+// summation order (and FMA contraction). For y = Σ_k x_k w_k the rounding error of either order is at most
+// about K·2^-24·Σ|x_k w_k| (worst case; typical √K·2^-24): K = 2560 gives 1.5e-4 worst, ~3e-6 typical. We
+// require |y_gpu − y_cpu| ≤ 1e-5 · Σ_k |x_k w_k|, tight enough to catch any wrong element, scale or row
+// (those move y by O(|x_k w_k|) ≫ 1e-5 Σ) and loose enough for order differences.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <numeric>
+
+#include "backend_util.h"
+#include "formats/classify.h"
+#include "formats/tensor_source.h"
+#include "formats/weight_record.h"
+
+namespace bloomery::gputest {
+namespace {
+
+std::vector<double> matmul_bound(const std::vector<float>& x, const std::vector<float>& w, int64_t T,
+                                 int64_t n0, int64_t n, int64_t K, double rel) {
+  std::vector<double> b(static_cast<size_t>(T * n));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r = 0; r < n; ++r) {
+      double s = 0.0;
+      const float *xr = x.data() + t * K, *wr = w.data() + (n0 + r) * K;
+      for (int64_t k = 0; k < K; ++k) s += std::fabs(static_cast<double>(xr[k]) * wr[k]);
+      b[t * n + r] = rel * s + 1e-30;
+    }
+  return b;
+}
+
+class CudaLinear : public BackendPair {
+ protected:
+  // matmul_rows on both backends over rows [row0, row0 + n) with T rows of x; checks the bound.
+  void check_matmul(const Weight& wc, const Weight& wg, const std::vector<float>& decoded, int64_t T,
+                    int64_t row0, int64_t n, const std::string& what) {
+    const int64_t K = wc.cols();
+    auto x = randn(static_cast<size_t>(T * K));
+    Tensor xc = cpu_->upload(x, {T, K}), xg = gpu_->upload(x, {T, K});
+    Tensor yc = cpu_->alloc({T, n}), yg = gpu_->alloc({T, n});
+    cpu_->matmul_rows(yc, xc, wc, row0, n);
+    gpu_->matmul_rows(yg, xg, wg, row0, n);
+    const auto bound = matmul_bound(x, decoded, T, row0, n, K, 1e-5);
+    size_t at = 0;
+    const auto g = gpu_->download(yg), c = cpu_->download(yc);
+    const double r = worst_ratio(g, c, bound, &at);
+    EXPECT_LE(r, 1.0) << what << " T=" << T << ": element " << at << " gpu " << g[at] << " cpu " << c[at]
+                      << " bound " << bound[at];
+  }
+};
+
+TEST_F(CudaLinear, StoredFormatsAtModelShapes) {
+  struct Case {
+    FormatId f;
+    int64_t n, k;
+    const char* what;
+  };
+  const Case cases[] = {
+      {FormatId::NVFP4, 640, 2560, "NVFP4 routed expert gate/up [640, 2560]"},
+      {FormatId::NVFP4, 2560, 640, "NVFP4 routed expert down [2560, 640]"},
+      {FormatId::MXFP8, 1024, 2560, "MXFP8 [1024, 2560]"},
+      {FormatId::FP8_BLOCK, 640, 2560, "FP8 block 128x128 [640, 2560]"},
+      {FormatId::FP8_BLOCK, 300, 2600, "FP8 block partial tiles [300, 2600] (element path)"},
+      {FormatId::BF16, 2560, 2560, "BF16 [2560, 2560]"},
+  };
+  for (const Case& cs : cases) {
+    auto s = make_stored(cs.f, cs.n, cs.k, rng_);
+    Weight wc = cpu_->upload_weight(cs.what, s->decoded, {cs.n, cs.k});
+    Weight wg = gpu_->upload_stored(cs.what, {cs.n, cs.k}, s->wb);
+    for (int64_t T : {1, 3, 8, 20, 70}) check_matmul(wc, wg, s->decoded, T, 0, cs.n, cs.what);
+    check_matmul(wc, wg, s->decoded, 2, 128, cs.n - 200, std::string(cs.what) + " rows 128+");
+    check_matmul(wc, wg, s->decoded, 45, 128, cs.n - 200, std::string(cs.what) + " rows 128+");
+  }
+}
+
+TEST_F(CudaLinear, GatherRowsStored) {
+  for (FormatId f : {FormatId::BF16, FormatId::NVFP4, FormatId::MXFP8}) {
+    auto s = make_stored(f, 4096, 2560, rng_);
+    Weight wc = cpu_->upload_weight("embed", s->decoded, {4096, 2560});
+    Weight wg = gpu_->upload_stored("embed", {4096, 2560}, s->wb);
+    const std::vector<int64_t> ids = {0, 4095, 17, 17, 2048, 3};
+    Tensor oc = cpu_->alloc({6, 2560}), og = gpu_->alloc({6, 2560});
+    cpu_->gather_rows(oc, wc, ids);
+    gpu_->gather_rows(og, wg, ids);
+    const auto g = gpu_->download(og), c = cpu_->download(oc);
+    EXPECT_EQ(0, std::memcmp(g.data(), c.data(), g.size() * 4))
+        << "gather is a decode: bit-exact, format " << format_name(f);
+  }
+  Weight wg = gpu_->upload_weight("t", std::vector<float>(8, 1.0f), {4, 2});
+  Tensor og = gpu_->alloc({1, 2});
+  const std::vector<int64_t> bad = {4};
+  EXPECT_THROW(gpu_->gather_rows(og, wg, bad), Error);
+}
+
+TEST_F(CudaLinear, RoutedExpertsNvfp4) {
+  const int64_t E = 16, D = 2560, I = 640, k = 8;
+  std::vector<std::unique_ptr<StoredWeight>> keep;
+  std::vector<Weight> wc, wg;
+  wc.reserve(3 * E), wg.reserve(3 * E);
+  std::vector<ExpertWeights> ec(E), eg(E);
+  for (int64_t e = 0; e < E; ++e) {
+    for (int p = 0; p < 3; ++p) {
+      const int64_t n = p < 2 ? I : D, kk = p < 2 ? D : I;
+      keep.push_back(make_stored(FormatId::NVFP4, n, kk, rng_));
+      wc.push_back(cpu_->upload_weight("expert", keep.back()->decoded, {n, kk}));
+      wg.push_back(gpu_->upload_stored("expert", {n, kk}, keep.back()->wb));
+    }
+    ec[e] = {&wc[3 * e], &wc[3 * e + 1], &wc[3 * e + 2]};
+    eg[e] = {&wg[3 * e], &wg[3 * e + 1], &wg[3 * e + 2]};
+  }
+  for (int64_t T : {1, 12}) {
+    auto x = randn(T * D, 0.5f);
+    std::vector<int32_t> ids(T * k);
+    std::vector<float> wts = uniform(T * k, 0.0f, 0.3f);
+    for (int64_t t = 0; t < T; ++t) {
+      std::vector<int32_t> perm(E);
+      std::iota(perm.begin(), perm.end(), 0);
+      std::shuffle(perm.begin(), perm.end(), rng_);
+      for (int64_t j = 0; j < k; ++j) ids[t * k + j] = perm[j];
+    }
+    Tensor idc = cpu_->alloc({T, k}, ElemType::I32), idg = gpu_->alloc({T, k}, ElemType::I32);
+    std::memcpy(idc.i32(), ids.data(), ids.size() * 4);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(idg.i32(), ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+    Tensor xc = cpu_->upload(x, {T, D}), xg = gpu_->upload(x, {T, D});
+    Tensor wtc = cpu_->upload(wts, {T, k}), wtg = gpu_->upload(wts, {T, k});
+    Tensor oc = cpu_->alloc({T, D}), og = gpu_->alloc({T, D});
+    cpu_->moe_experts(oc, xc, idc, wtc, ec, 7.0f);
+    gpu_->moe_experts(og, xg, idg, wtg, eg, 7.0f);
+    // Two chained matmuls and a clamped SwiGLU: relative to the output's scale, 1e-4 (the intermediate's
+    // rounding enters the down projection; order-only differences stay ~1e-6).
+    const double r = max_rel(gpu_->download(og), cpu_->download(oc));
+    EXPECT_LE(r, 1e-4) << "moe T=" << T;
+    std::printf("[moe] T=%lld max|gpu-cpu|/max|cpu| = %.2e\n", static_cast<long long>(T), r);
+  }
+}
+
+TEST_F(CudaLinear, FixtureCheckpointsLoadAndMatmul) {
+  // The repository on the machine that runs the test (the device copy differs from the build's path).
+  const char* env = std::getenv("BLOOMERY_SOURCE_DIR");
+  const std::filesystem::path root =
+      std::filesystem::path(env ? env : BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
+  std::map<std::string, int> formats_seen;
+  for (const char* folder : {"qwen3_next-modelopt-mixed", "qwen4_exp-modelopt-mixed",
+                             "glm5_next-modelopt-mixed", "qwen4_exp-fp4local-csf", "qwen3_next-bf16"}) {
+    Warnings warnings;
+    TensorSource src = TensorSource::open(root / folder, warnings);
+    ResolvedCheckpoint rc;
+    try {
+      rc = resolve_checkpoint(src, warnings);
+    } catch (const Error& e) {
+      // The format layer refuses this folder (qwen4_exp's NVFP4 PLE table names are unverified, §7): nothing
+      // for a backend to load. Reported, and the folders that do resolve must still cover the formats below.
+      std::printf("[fixtures] %s not checked: %s\n", folder, e.id().c_str());
+      continue;
+    }
+    int checked = 0;
+    for (const WeightRecord& rec : rc.weights) {
+      if (rec.kind != RecordKind::Weight || rec.skipped || rec.shape.size() != 2 || rec.main.size() != 1)
+        continue;
+      std::vector<int64_t> shape(rec.shape.begin(), rec.shape.end());
+      Weight wc = cpu_->load_weight(src, rec, shape, warnings);
+      Weight wg = gpu_->load_weight(src, rec, shape, warnings);
+      const auto decoded = cpu_->download(wc.dense());
+      for (int64_t T : {1, 5, 40})
+        check_matmul(wc, wg, decoded, T, 0, wc.rows(), std::string(folder) + " " + rec.name);
+      ++formats_seen[std::string(format_name(rec.format))];
+      ++checked;
+    }
+    EXPECT_GT(checked, 0) << folder;
+  }
+  for (auto& [f, n] : formats_seen) std::printf("[fixtures] %s: %d weights\n", f.c_str(), n);
+  EXPECT_GE(formats_seen.size(), 2u) << "the resolvable fixtures hold a dense and a quantised format";
+}
+
+// Decode-roofline measurement (not a pass/fail test): GEMV time per weight pass and achieved bandwidth.
+TEST_F(CudaLinear, GemvBandwidth) {
+  struct Case {
+    FormatId f;
+    int64_t n, k;
+  };
+  for (const Case& cs : {Case{FormatId::NVFP4, 16384, 8192}, Case{FormatId::MXFP8, 8192, 8192},
+                         Case{FormatId::FP8_BLOCK, 8192, 8192}, Case{FormatId::BF16, 8192, 8192}}) {
+    auto s = make_stored(cs.f, cs.n, cs.k, rng_);
+    Weight wg = gpu_->upload_stored("bench", {cs.n, cs.k}, s->wb);
+    const double bytes = static_cast<double>(s->main.size() + s->scales.size() + s->grid.size() * 4);
+    for (int64_t T : {1, 8}) {
+      Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k}), y = gpu_->alloc({T, cs.n});
+      gpu_->matmul(y, x, wg);
+      cudaEvent_t a, b;
+      cudaEventCreate(&a), cudaEventCreate(&b);
+      cudaEventRecord(a);
+      constexpr int kIters = 20;
+      for (int i = 0; i < kIters; ++i) gpu_->matmul(y, x, wg);
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      const double per = ms / kIters;
+      std::printf("[gemv] %s [%lld, %lld] T=%lld: %.1f us, %.0f GB/s of weight bytes\n",
+                  std::string(format_name(cs.f)).c_str(), static_cast<long long>(cs.n),
+                  static_cast<long long>(cs.k), static_cast<long long>(T), per * 1e3,
+                  bytes / (per * 1e-3) / 1e9);
+      cudaEventDestroy(a), cudaEventDestroy(b);
+    }
+  }
+  // Prompt GEMM rate (tiled f32 baseline).
+  auto s = make_stored(FormatId::NVFP4, 4096, 4096, rng_);
+  Weight wg = gpu_->upload_stored("bench", {4096, 4096}, s->wb);
+  Tensor x = gpu_->upload(randn(512 * 4096), {512, 4096}), y = gpu_->alloc({512, 4096});
+  gpu_->matmul(y, x, wg);
+  gpu_->synchronize();
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) gpu_->matmul(y, x, wg);
+  gpu_->synchronize();
+  const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5;
+  std::printf("[gemm] NVFP4 [4096, 4096] x 512 rows: %.2f ms, %.2f TFLOP/s\n", sec * 1e3,
+              2.0 * 512 * 4096 * 4096 / sec / 1e12);
+}
+
+}  // namespace
+}  // namespace bloomery::gputest

@@ -1,0 +1,278 @@
+// CUDA backend vs CPU backend on the small ops at the real model shapes (hidden 2560, heads 24/2 × 256,
+// 512 experts, GDN 16/48 × 128), random data, and sampling on the card.
+//
+// Tolerances (f32 on both sides; differences come from summation order, FMA contraction and the device's
+// expf/sinf, each within 2 ulp):
+//  * norms, elementwise, SwiGLU, gates, router weights: |g − c| ≤ 1e-5·|c| + 1e-6 — a few ulp of the
+//    reduction (a 2560-term sum of squares in another order moves the rms by ≲ 1e-6 relative);
+//  * rope: angles are bit-identical (inv_freq from the host), sin/cos differ by ≤ 2 ulp: 1e-5·|c| + 1e-5;
+//  * attention: online vs two-pass softmax and a different dot order: 1e-4 of the largest output magnitude;
+//  * GDN recurrence (same algorithm, other FMA order): 1e-4 of the largest output; GPU recurrence vs CPU
+//  chunked
+//    form (equal algebraically, the triangular solve amplifies rounding): 2e-3.
+#include <algorithm>
+#include <numeric>
+
+#include "backend_util.h"
+
+namespace bloomery::gputest {
+namespace {
+
+class CudaOps : public BackendPair {
+ protected:
+  std::pair<Tensor, Tensor> both(const std::vector<float>& v, std::vector<int64_t> shape) {
+    return {cpu_->upload(v, shape), gpu_->upload(v, shape)};
+  }
+  std::pair<Weight, Weight> weights(const std::vector<float>& v, std::vector<int64_t> shape) {
+    return {cpu_->upload_weight("w", v, shape), gpu_->upload_weight("w", v, shape)};
+  }
+  void check(const Tensor& g, const Tensor& c, double rel, double abs, const std::string& what) {
+    expect_close(gpu_->download(g), cpu_->download(c), rel, abs, what);
+  }
+};
+
+TEST_F(CudaOps, Elementwise) {
+  const int64_t T = 8, D = 2560;
+  auto [ac, ag] = both(randn(T * D), {T, D});
+  auto [bc, bg] = both(randn(T * D, 3.0f), {T, D});
+  auto [sc, sg] = both(randn(T), {T});
+  Tensor oc = cpu_->alloc({T, D}), og = gpu_->alloc({T, D});
+  cpu_->add(oc, ac, bc), gpu_->add(og, ag, bg), check(og, oc, 0, 0, "add (exact)");
+  cpu_->add_scaled(oc, ac, bc, 0.37f), gpu_->add_scaled(og, ag, bg, 0.37f),
+      check(og, oc, 1e-6, 1e-7, "add_scaled");
+  cpu_->mul(oc, ac, bc), gpu_->mul(og, ag, bg), check(og, oc, 0, 0, "mul (exact)");
+  cpu_->sigmoid_mul(oc, ac, bc), gpu_->sigmoid_mul(og, ag, bg), check(og, oc, 1e-5, 1e-6, "sigmoid_mul");
+  cpu_->scale_rows(oc, ac, sc), gpu_->scale_rows(og, ag, sg), check(og, oc, 0, 0, "scale_rows (exact)");
+  for (Act a : {Act::Silu, Act::Sigmoid, Act::Softplus, Act::Relu}) {
+    cpu_->activate(oc, bc, a), gpu_->activate(og, bg, a);
+    check(og, oc, 1e-5, 1e-6, "activate " + std::to_string(static_cast<int>(a)));
+  }
+  for (float lim : {0.0f, 1.5f}) {
+    cpu_->swiglu(oc, ac, bc, lim), gpu_->swiglu(og, ag, bg, lim);
+    check(og, oc, 1e-5, 1e-6, "swiglu limit " + std::to_string(lim));
+  }
+  Tensor tc = cpu_->alloc({T, 256}), tg = gpu_->alloc({T, 256});
+  cpu_->take_cols(tc, ac, 512), gpu_->take_cols(tg, ag, 512), check(tg, tc, 0, 0, "take_cols");
+  cpu_->put_cols(oc, tc, 1000), gpu_->put_cols(og, tg, 1000), check(og, oc, 1e-5, 1e-6, "put_cols");
+  Tensor small = gpu_->alloc({3, 5});
+  EXPECT_THROW(gpu_->add(small, ag, bg), Error);
+}
+
+TEST_F(CudaOps, Norms) {
+  const int64_t T = 8, D = 2560;
+  auto [xc, xg] = both(randn(T * D, 2.0f), {T, D});
+  auto [wc, wg] = weights(randn(D, 0.3f), {D});
+  Tensor oc = cpu_->alloc({T, D}), og = gpu_->alloc({T, D});
+  for (NormKind k : {NormKind::Plain, NormKind::OnePlus}) {
+    cpu_->rms_norm(oc, xc, &wc, 1e-6f, k), gpu_->rms_norm(og, xg, &wg, 1e-6f, k);
+    check(og, oc, 1e-5, 1e-6, "rms_norm kind " + std::to_string(static_cast<int>(k)));
+  }
+  cpu_->rms_norm(oc, xc, nullptr, 1e-6f, NormKind::Unweighted);
+  gpu_->rms_norm(og, xg, nullptr, 1e-6f, NormKind::Unweighted);
+  check(og, oc, 1e-5, 1e-6, "rms_norm unweighted");
+  // q_norm per head: [T, 24·256] with a shared 256-weight, and a per-group weight of all 6144 channels.
+  auto [qc, qg] = both(randn(T * 24 * 256), {T, 24 * 256});
+  auto [hc, hg] = weights(randn(256, 0.3f), {256});
+  auto [pc, pg] = weights(randn(24 * 256, 0.3f), {24 * 256});
+  Tensor qoc = cpu_->alloc({T, 24 * 256}), qog = gpu_->alloc({T, 24 * 256});
+  cpu_->rms_norm(qoc, qc, &hc, 1e-6f, NormKind::OnePlus, 256),
+      gpu_->rms_norm(qog, qg, &hg, 1e-6f, NormKind::OnePlus, 256);
+  check(qog, qoc, 1e-5, 1e-6, "grouped shared-weight rms_norm");
+  cpu_->rms_norm(qoc, qc, &pc, 1e-6f, NormKind::OnePlus, 256),
+      gpu_->rms_norm(qog, qg, &pg, 1e-6f, NormKind::OnePlus, 256);
+  check(qog, qoc, 1e-5, 1e-6, "grouped per-group rms_norm");
+  // Gated (GDN output): x, z [T, 48·128], w [128], SiLU gate; in place on the GPU side.
+  auto [gxc, gxg] = both(randn(T * 48 * 128), {T, 48, 128});
+  auto [zc, zg] = both(randn(T * 48 * 128), {T, 48, 128});
+  auto [gwc, gwg] = weights(randn(128, 0.3f), {128});
+  Tensor goc = cpu_->alloc({T, 48, 128});
+  cpu_->rms_norm_gated(goc, gxc, zc, gwc, 1e-6f, Act::Silu);
+  gpu_->rms_norm_gated(gxg, gxg, zg, gwg, 1e-6f, Act::Silu);
+  check(gxg, goc, 1e-5, 1e-6, "rms_norm_gated (in place)");
+  auto [lxc, lxg] = both(randn(T * 128, 2.0f), {T, 128});
+  auto [lwc, lwg] = weights(randn(128), {128});
+  auto [lbc, lbg] = weights(randn(128), {128});
+  Tensor loc = cpu_->alloc({T, 128}), logp = gpu_->alloc({T, 128});
+  cpu_->layer_norm(loc, lxc, lwc, lbc, 1e-6f), gpu_->layer_norm(logp, lxg, lwg, lbg, 1e-6f);
+  check(logp, loc, 1e-5, 1e-5, "layer_norm");
+}
+
+TEST_F(CudaOps, RopePartialAndInterleaved) {
+  const int64_t T = 16, H = 24, hd = 256;
+  std::vector<int64_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = 30000 + 7 * t;
+  for (bool inter : {false, true}) {
+    auto [xc, xg] = both(randn(T * H * hd), {T, H, hd});
+    RopeSpec r{.rot_dim = 64, .theta = 1e7, .interleaved = inter, .mrope_section = {11, 11, 10}};
+    cpu_->rope(xc, pos, r), gpu_->rope(xg, pos, r);
+    check(xg, xc, 1e-5, 1e-5, inter ? "rope interleaved" : "rope neox partial (mrope sections)");
+  }
+}
+
+TEST_F(CudaOps, AttentionDecodeAndPrompt) {
+  const int64_t Hq = 24, Hkv = 2, d = 256;
+  struct Case {
+    int64_t T, S;
+    bool mask;
+  };
+  for (const Case& cs :
+       {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true}}) {
+    auto [qc, qg] = both(randn(cs.T * Hq * d), {cs.T, Hq, d});
+    auto [kc, kg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
+    auto [vc, vg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
+    std::vector<float> allowed(cs.T * cs.S, 1.0f);
+    if (cs.mask) {
+      for (auto& a : allowed) a = (rng_() % 3) ? 1.0f : 0.0f;
+      for (int64_t j = 0; j < cs.S; ++j) allowed[j] = 0.0f;  // query 0 sees nothing: zeros
+    }
+    auto [ac, ag] = both(allowed, {cs.T, cs.S});
+    Tensor oc = cpu_->alloc({cs.T, Hq, d}), og = gpu_->alloc({cs.T, Hq, d});
+    const int64_t q0 = cs.S - cs.T;
+    cpu_->attention(oc, qc, kc, vc, q0, 0.0625f, cs.mask ? &ac : nullptr);
+    gpu_->attention(og, qg, kg, vg, q0, 0.0625f, cs.mask ? &ag : nullptr);
+    const auto g = gpu_->download(og), c = cpu_->download(oc);
+    const double r = max_rel(g, c);
+    EXPECT_LE(r, 1e-4) << "attention T=" << cs.T << " S=" << cs.S;
+    if (cs.mask) {
+      for (int64_t e = 0; e < Hq * d; ++e) ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros";
+    }
+    std::printf("[attention] T=%lld S=%lld mask=%d: max|gpu-cpu|/max|cpu| = %.2e\n",
+                static_cast<long long>(cs.T), static_cast<long long>(cs.S), cs.mask, r);
+  }
+}
+
+TEST_F(CudaOps, RouterSoftmaxTopK) {
+  const int64_t T = 64, E = 512;
+  for (bool renorm : {true, false}) {
+    auto [lc, lg] = both(randn(T * E, 2.0f), {T, E});
+    RouterSpec r{.top_k = 10, .renormalize = renorm};
+    Tensor ic = cpu_->alloc({T, 10}, ElemType::I32), ig = gpu_->alloc({T, 10}, ElemType::I32);
+    Tensor wc = cpu_->alloc({T, 10}), wg = gpu_->alloc({T, 10});
+    cpu_->route_softmax_topk(ic, wc, lc, r), gpu_->route_softmax_topk(ig, wg, lg, r);
+    EXPECT_EQ(gpu_->download(ig), cpu_->download(ic)) << "expert ids";
+    check(wg, wc, 1e-5, 1e-7, "router weights");
+  }
+  // Ties go to the lower expert index, as the CPU's stable sort.
+  std::vector<float> tied(E, 0.0f);
+  tied[300] = tied[7] = tied[100] = 5.0f;
+  auto [lc, lg] = both(tied, {1, E});
+  Tensor ic = cpu_->alloc({1, 3}, ElemType::I32), ig = gpu_->alloc({1, 3}, ElemType::I32);
+  Tensor wc = cpu_->alloc({1, 3}), wg = gpu_->alloc({1, 3});
+  cpu_->route_softmax_topk(ic, wc, lc, {.top_k = 3}), gpu_->route_softmax_topk(ig, wg, lg, {.top_k = 3});
+  EXPECT_EQ(gpu_->download(ig), (std::vector<float>{7, 100, 300}));
+  EXPECT_EQ(gpu_->download(ig), cpu_->download(ic));
+}
+
+TEST_F(CudaOps, CausalConv1dWithState) {
+  const int64_t C = 10240, K = 4;  // qwen3_next: 2·16·128 + 48·128 channels
+  auto [wc, wg] = weights(randn(C * K, 0.5f), {C, 1, K});
+  auto init = randn(C * (K - 1));
+  auto [sc, sg] = both(init, {C, K - 1});
+  for (int64_t T : {37, 1, 1, 5}) {  // prompt then decode steps: the state carries across calls
+    auto [xc, xg] = both(randn(T * C), {T, C});
+    Tensor oc = cpu_->alloc({T, C}), og = gpu_->alloc({T, C});
+    cpu_->causal_conv1d(oc, xc, wc, sc, 1, Act::Silu), gpu_->causal_conv1d(og, xg, wg, sg, 1, Act::Silu);
+    check(og, oc, 1e-5, 1e-6, "conv1d T=" + std::to_string(T));
+    check(sg, sc, 0, 0, "conv1d state (copied inputs, exact)");
+  }
+  auto [wc2, wg2] = weights(randn(64 * 3), {64, 3});
+  auto [sc2, sg2] = both(randn(64 * 4), {64, 4});  // dilation 2: (K−1)·2 = 4 past inputs
+  auto [xc2, xg2] = both(randn(9 * 64), {9, 64});
+  Tensor oc2 = cpu_->alloc({9, 64}), og2 = gpu_->alloc({9, 64});
+  cpu_->causal_conv1d(oc2, xc2, wc2, sc2, 2, Act::None),
+      gpu_->causal_conv1d(og2, xg2, wg2, sg2, 2, Act::None);
+  check(og2, oc2, 1e-5, 1e-6, "conv1d dilation 2");
+  check(sg2, sc2, 0, 0, "conv1d dilation 2 state");
+}
+
+TEST_F(CudaOps, GatedDeltaRule) {
+  const int64_t Hk = 16, Hv = 48, dk = 128, dv = 128;
+  auto [Ac, Ag] = weights(uniform(Hv, -1.0f, 1.0f), {Hv});
+  auto [Dc, Dg] = weights(randn(Hv), {Hv});
+  auto init = randn(Hv * dk * dv, 0.1f);
+  for (int64_t T : {1, 100}) {
+    for (bool chunked : {false, true}) {
+      if (T == 1 && chunked) continue;
+      auto [ac, ag] = both(randn(T * Hv), {T, Hv});
+      auto [bc, bg] = both(randn(T * Hv), {T, Hv});
+      Tensor gc = cpu_->alloc({T, Hv}), gg = gpu_->alloc({T, Hv}), btc = cpu_->alloc({T, Hv}),
+             btg = gpu_->alloc({T, Hv});
+      cpu_->gdn_gates(gc, btc, ac, bc, Ac, Dc), gpu_->gdn_gates(gg, btg, ag, bg, Ag, Dg);
+      check(gg, gc, 1e-5, 1e-7, "gdn_gates g");
+      check(btg, btc, 1e-5, 1e-7, "gdn_gates beta");
+      // Both sides continue from the same gates (the CPU's) so the rule is compared on its own.
+      Tensor g2 = gpu_->upload(cpu_->download(gc), {T, Hv}), b2 = gpu_->upload(cpu_->download(btc), {T, Hv});
+      auto [qc, qg] = both(randn(T * Hk * dk), {T, Hk, dk});
+      auto [kc, kg] = both(randn(T * Hk * dk), {T, Hk, dk});
+      auto [vc, vg] = both(randn(T * Hv * dv), {T, Hv, dv});
+      auto [sc, sg] = both(init, {Hv, dk, dv});
+      Tensor oc = cpu_->alloc({T, Hv, dv}), og = gpu_->alloc({T, Hv, dv});
+      cpu_->gated_delta_rule(oc, qc, kc, vc, gc, btc, sc, true, chunked);
+      gpu_->gated_delta_rule(og, qg, kg, vg, g2, b2, sg, true, chunked);
+      const double tol = chunked ? 2e-3 : 1e-4;
+      const double ro = max_rel(gpu_->download(og), cpu_->download(oc));
+      const double rs = max_rel(gpu_->download(sg), cpu_->download(sc));
+      EXPECT_LE(ro, tol) << "gdn out T=" << T << " chunked=" << chunked;
+      EXPECT_LE(rs, tol) << "gdn state T=" << T << " chunked=" << chunked;
+      std::printf("[gdn] T=%lld cpu %s: out %.2e state %.2e\n", static_cast<long long>(T),
+                  chunked ? "chunked" : "recurrent", ro, rs);
+    }
+  }
+}
+
+TEST_F(CudaOps, Sampling) {
+  const int64_t V = 151936;
+  auto logits = randn(4 * V, 3.0f);
+  Tensor lg = gpu_->upload(logits, {4, V});
+  std::vector<int32_t> argmax(4);
+  for (int r = 0; r < 4; ++r)
+    argmax[r] = static_cast<int32_t>(std::max_element(logits.begin() + r * V, logits.begin() + (r + 1) * V) -
+                                     (logits.begin() + r * V));
+  EXPECT_EQ(gpu_->sample(lg, {}), argmax) << "greedy";
+  EXPECT_EQ(gpu_->sample(lg, {.temperature = 1.0f, .top_k = 1}), argmax) << "top_k 1";
+  cuda::SampleParams p{.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .min_p = 0.02f, .seed = 42};
+  const auto a = gpu_->sample(lg, p), b = gpu_->sample(lg, p);
+  EXPECT_EQ(a, b) << "same seed and step, same tokens";
+  for (int r = 0; r < 4; ++r) {  // the drawn token is among the row's 50 largest logits and passes min-p
+    std::vector<float> row(logits.begin() + r * V, logits.begin() + (r + 1) * V);
+    std::vector<float> sorted = row;
+    std::nth_element(sorted.begin(), sorted.begin() + 49, sorted.end(), std::greater<float>());
+    EXPECT_GE(row[a[r]], sorted[49]) << "row " << r;
+    const float mx = *std::max_element(row.begin(), row.end());
+    EXPECT_GE(std::exp((row[a[r]] - mx) / 0.8f), 0.02f * 0.999f) << "min-p row " << r;
+  }
+  // Frequencies: 4000 rows of one 6-token distribution (rows draw independently) match softmax(l / 0.7).
+  const std::vector<float> small = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -3.0f};
+  std::vector<float> rows;
+  for (int i = 0; i < 4000; ++i) rows.insert(rows.end(), small.begin(), small.end());
+  Tensor sg = gpu_->upload(rows, {4000, 6});
+  const auto ids = gpu_->sample(sg, {.temperature = 0.7f, .seed = 7});
+  std::vector<double> pr(6);
+  double z = 0;
+  for (int i = 0; i < 6; ++i) z += pr[i] = std::exp(small[i] / 0.7);
+  std::vector<int> count(6);
+  for (int32_t id : ids) {
+    ASSERT_TRUE(id >= 0 && id < 6);
+    ++count[id];
+  }
+  for (int i = 0; i < 6; ++i) {
+    const double p_i = pr[i] / z, mean = 4000 * p_i, sd = std::sqrt(4000 * p_i * (1 - p_i));
+    EXPECT_NEAR(count[i], mean, 5 * sd + 1) << "token " << i;
+  }
+  // top-p 0.5 on that distribution keeps only token 4 (p ≈ 0.74).
+  const auto nucleus = gpu_->sample(sg, {.temperature = 0.7f, .top_p = 0.5f, .seed = 9});
+  EXPECT_TRUE(std::all_of(nucleus.begin(), nucleus.end(), [](int32_t id) { return id == 4; }));
+}
+
+TEST_F(CudaOps, FamilyOpsRefuseByName) {
+  Tensor t = gpu_->alloc({1, 4});
+  try {
+    gpu_->stream_mean(t, t, 2);
+    FAIL() << "expected E_BACKEND_UNSUPPORTED";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("stream_mean"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace bloomery::gputest
