@@ -107,9 +107,48 @@ Value str_list(const std::vector<std::string>& parts) {
   return Value::make_list(std::move(items));
 }
 
+std::optional<Value> plain_str_method(const Value& obj, const std::string& name);
+
+// markupsafe's Markup methods: most return Markup, and those that take text escape their arguments.
 std::optional<Value> str_method(const Value& obj, const std::string& name) {
+  if (!obj.markup) return plain_str_method(obj, name);
+  Value plain = Value::string(*obj.s);
+  std::optional<Value> m = plain_str_method(plain, name);
+  if (!m) return m;
+  static const std::set<std::string> wraps = {"strip", "lstrip", "rstrip",     "lower",
+                                              "upper", "title",  "capitalize", "replace"};
+  static const std::set<std::string> lists = {"split", "rsplit", "splitlines"};
+  if (!wraps.count(name) && !lists.count(name) && name != "join") return m;
+  Value inner = *m;
+  Value wrapped = inner;
+  wrapped.fn = std::make_shared<Callable>();
+  wrapped.fn->name = name;
+  wrapped.fn->fn = [inner, name](Interpreter& in, CallArgs& a) {
+    CallArgs esc = a;
+    auto escape_arg = [](Value& v) {
+      if (v.kind == Kind::String && !v.markup) v = Value::string(html_escape(*v.s), true);
+    };
+    if (wraps.count(name))
+      for (Value& v : esc.pos) escape_arg(v);
+    if (name == "join" && !esc.pos.empty()) {
+      std::vector<Value> items = iterate(esc.pos[0]);
+      for (Value& v : items) {
+        if (v.kind != Kind::String) fail("sequence item: expected str instance, " + type_name(v) + " found");
+        escape_arg(v);
+      }
+      esc.pos[0] = Value::make_list(std::move(items));
+    }
+    Value r = inner.fn->fn(in, esc);
+    if (r.kind == Kind::String) r.markup = true;
+    if (r.kind == Kind::List)
+      for (Value& v : r.list->items) v.markup = true;
+    return r;
+  };
+  return wrapped;
+}
+
+std::optional<Value> plain_str_method(const Value& obj, const std::string& name) {
   if (!kStrMethods.count(name)) return std::nullopt;
-  if (obj.markup) fail_unsupported("str method '" + name + "' on a Markup string");
   std::string s = *obj.s;
   auto m = [&](std::function<Value(CallArgs&)> f) { return bound(name, std::move(f)); };
   if (name == "startswith" || name == "endswith") {
@@ -212,22 +251,11 @@ std::optional<Value> str_method(const Value& obj, const std::string& name) {
     Args p(a, name, {});
     if (name == "isspace") return Value::boolean(all_cps(s, py_isspace));
     if (name == "isdigit") return Value::boolean(all_cps(s, [](char32_t c) { return c >= '0' && c <= '9'; }));
+    if (name == "islower" || name == "isupper") return Value::boolean(py_is_case(s, name == "isupper"));
     if (!is_ascii(s)) fail_unsupported("str." + name + "() on non-ASCII text");
     auto alpha = [](char32_t c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); };
     if (name == "isalpha") return Value::boolean(all_cps(s, alpha));
-    if (name == "isalnum")
-      return Value::boolean(all_cps(s, [&](char32_t c) { return alpha(c) || (c >= '0' && c <= '9'); }));
-    bool has_cased = false, ok = true;
-    for (char c : s) {
-      if (c >= 'a' && c <= 'z') {
-        has_cased = true;
-        if (name == "isupper") ok = false;
-      } else if (c >= 'A' && c <= 'Z') {
-        has_cased = true;
-        if (name == "islower") ok = false;
-      }
-    }
-    return Value::boolean(has_cased && ok);
+    return Value::boolean(all_cps(s, [&](char32_t c) { return alpha(c) || (c >= '0' && c <= '9'); }));
   });
 }
 
@@ -253,7 +281,9 @@ std::optional<Value> dict_method(const Value& obj, const std::string& name) {
       else
         items.push_back(Value::make_list({k, v}, ListKind::Tuple));
     }
-    return Value::make_list(std::move(items), ListKind::View);
+    Value view = Value::make_list(std::move(items), ListKind::View);
+    view.s = std::make_shared<const std::string>("dict_" + name);  // repr: dict_items([...])
+    return view;
   });
 }
 
@@ -303,8 +333,8 @@ bool is_known_global(const std::string& name) {
   return kGlobals.count(name) > 0;
 }
 bool is_known_method(const std::string& name) {
-  static const std::set<std::string> loop_methods = {"cycle", "changed"};
-  return kStrMethods.count(name) || kDictMethods.count(name) || loop_methods.count(name);
+  static const std::set<std::string> other_methods = {"cycle", "changed", "index"};  // loop, list
+  return kStrMethods.count(name) || kDictMethods.count(name) || other_methods.count(name);
 }
 
 std::optional<Value> builtin_attribute(const Value& obj, const std::string& name) {
@@ -318,6 +348,21 @@ std::optional<Value> builtin_attribute(const Value& obj, const std::string& name
       if (kDictAttrs.count(name)) fail_unsupported("dict attribute '" + name + "'");
       return std::nullopt;
     case Kind::List:
+      if ((name == "count" || name == "index") &&
+          (obj.list->kind == ListKind::List || obj.list->kind == ListKind::Tuple)) {
+        std::shared_ptr<ListData> l = obj.list;
+        return bound(name, [l, name](CallArgs& a) {
+          Args p(a, name, {"value"});
+          int64_t n = 0;
+          for (size_t k = 0; k < l->items.size(); ++k) {
+            if (!py_eq(l->items[k], p.req(0))) continue;
+            if (name == "index") return Value::integer(static_cast<int64_t>(k));
+            ++n;
+          }
+          if (name == "index") fail("value is not in list");
+          return Value::integer(n);
+        });
+      }
       if (kListAttrs.count(name)) fail_unsupported(type_name(obj) + " attribute '" + name + "'");
       return std::nullopt;
     case Kind::Loop:
@@ -394,6 +439,11 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
     Args p(a, name, {"other"});
     return compare_op(op, v, p.req(0));
   };
+  static const std::set<std::string> nullary = {
+      "defined",  "undefined", "none",   "boolean", "false",    "true",    "integer",
+      "float",    "number",    "string", "mapping", "callable", "escaped", "iterable",
+      "sequence", "lower",     "upper",  "odd",     "even",     "filter",  "test"};
+  if (nullary.count(name)) Args(a, name, {});  // Python would reject an argument to these
   if (name == "defined") return !v.is_undefined();
   if (name == "undefined") return v.is_undefined();
   if (name == "none") return v.is_none();
@@ -405,7 +455,9 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
   if (name == "number") return v.is_number();
   if (name == "string") return v.kind == Kind::String;
   if (name == "mapping") return v.kind == Kind::Dict;
-  if (name == "callable") return v.kind == Kind::Callable || v.kind == Kind::Loop;
+  // Undefined defines __call__ (it raises), so Python's callable() says True.
+  if (name == "callable")
+    return v.kind == Kind::Callable || v.kind == Kind::Loop || v.kind == Kind::Undefined;
   if (name == "escaped") return v.kind == Kind::String && v.markup;
   if (name == "iterable")
     return v.kind == Kind::String || v.kind == Kind::List || v.kind == Kind::Dict ||
@@ -413,27 +465,12 @@ bool apply_test(Interpreter& in, const std::string& name, const Value& v, CallAr
   if (name == "sequence")
     return v.kind == Kind::String || v.kind == Kind::Dict || v.kind == Kind::Undefined ||
            (v.kind == Kind::List && v.list->kind != ListKind::Generator && v.list->kind != ListKind::View);
-  if (name == "lower" || name == "upper") {
-    std::string s = to_str(v);
-    if (!is_ascii(s)) fail_unsupported("'" + name + "' test on non-ASCII text");
-    bool has = false, ok = true;
-    for (char c : s) {
-      if (c >= 'a' && c <= 'z') {
-        has = true;
-        ok = ok && name == "lower";
-      } else if (c >= 'A' && c <= 'Z') {
-        has = true;
-        ok = ok && name == "upper";
-      }
-    }
-    return has && ok;
-  }
+  if (name == "lower" || name == "upper") return py_is_case(to_str(v), name == "upper");
   if (name == "odd" || name == "even" || name == "divisibleby") {
     Value d = Value::integer(2);
     if (name == "divisibleby") d = Args(a, name, {"num"}).req(0);
     Value r = binary_op("%", v, d);
-    bool zero = !truthy(r);
-    return name == "odd" ? !zero : zero;
+    return py_eq(r, Value::integer(name == "odd" ? 1 : 0));
   }
   if (name == "eq" || name == "equalto" || name == "==") return cmp("==");
   if (name == "ne" || name == "!=") return cmp("!=");

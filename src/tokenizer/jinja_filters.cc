@@ -28,6 +28,20 @@ Value generator(std::vector<Value> items) {
   return Value::make_list(std::move(items), ListKind::Generator);
 }
 
+bool is_iterable(const Value& v) {
+  return v.kind == Kind::String || v.kind == Kind::List || v.kind == Kind::Dict || v.kind == Kind::Undefined;
+}
+
+// Jinja2's map/select/items/unique are Python generators: a non-iterable input fails only when consumed.
+Value lazy_failure(const std::string& msg) {
+  Value g = generator({});
+  g.list->poison = msg;
+  return g;
+}
+Value not_iterable(const Value& v) {
+  return lazy_failure("'" + type_name(v) + "' object is not iterable");
+}
+
 // Jinja2's make_attrgetter: "a.b.0" walks items (getitem first) part by part.
 Value attr_path(const Value& item, const Value& attribute, const std::optional<Value>& dflt) {
   std::vector<Value> parts;
@@ -214,6 +228,7 @@ std::string jinja_title(const std::string& s) {
 Value select_or_reject(Interpreter& in, const Value& value, const CallArgs& a, bool select, bool by_attr) {
   std::vector<Value> out;
   if (!truthy(value)) return generator({});
+  if (!is_iterable(value)) return not_iterable(value);
   size_t off = by_attr ? 1 : 0;
   if (by_attr && a.pos.empty()) fail("Missing parameter for attribute name");
   std::optional<std::string> test;
@@ -338,8 +353,9 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     if (p.has(0))
       ind = p.get(0).is_string() ? *p.get(0).s
                                  : std::string(static_cast<size_t>(std::max<int64_t>(0, p.integer(0))), ' ');
-    if (v.kind == Kind::String && v.markup) fail_unsupported("indent on a Markup string");
-    return Value::string(indent(to_str(v), ind, p.has(1) && truthy(p.get(1)), p.has(2) && truthy(p.get(2))));
+    if (v.kind != Kind::String) fail("unsupported operand type(s) for +=: '" + type_name(v) + "' and 'str'");
+    return Value::string(indent(to_str(v), ind, p.has(1) && truthy(p.get(1)), p.has(2) && truthy(p.get(2))),
+                         v.markup);
   }
   if (name == "wordcount") {
     Args p(a, name, {});
@@ -355,7 +371,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "items") {
     Args p(a, name, {});
     if (v.is_undefined()) return generator({});
-    if (v.kind != Kind::Dict) fail("Can only get item pairs from a mapping.");
+    if (v.kind != Kind::Dict) return lazy_failure("Can only get item pairs from a mapping.");
     std::vector<Value> items;
     for (const auto& [k, val] : v.dict->entries) items.push_back(Value::make_list({k, val}, ListKind::Tuple));
     return generator(std::move(items));
@@ -368,6 +384,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
     Args p(a, name, {});
     if (v.kind == Kind::List && v.list->kind == ListKind::Generator) {
       ListData& l = *v.list;
+      if (!l.poison.empty()) fail(l.poison);
       if (l.pos < l.items.size()) return l.items[l.pos++];
       return Value::undefined("No first item, sequence was empty.");
     }
@@ -413,6 +430,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   }
   if (name == "map") {
     if (!truthy(v)) return generator({});
+    if (!is_iterable(v)) return not_iterable(v);
     std::vector<Value> out;
     if (a.pos.empty()) {
       std::optional<Value> attribute, dflt;
@@ -462,6 +480,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "int") {
     Args p(a, name, {"default", "base"});
     Value dflt = p.has(0) ? p.get(0) : Value::integer(0);
+    if (v.is_undefined()) fail("'" + *v.s + "' is undefined");
     if (p.has(1) && p.integer(1) != 10) fail_unsupported("int filter with a base other than 10");
     if (v.kind == Kind::Int) return v;
     if (v.kind == Kind::Bool) return Value::integer(v.i);
@@ -481,6 +500,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "float") {
     Args p(a, name, {"default"});
     Value dflt = p.has(0) ? p.get(0) : Value::number(0.0);
+    if (v.is_undefined()) fail("'" + *v.s + "' is undefined");
     if (v.is_number()) return Value::number(as_double(v));
     if (v.kind == Kind::String) {
       if (auto f = parse_py_float(*v.s)) return Value::number(*f);
@@ -527,6 +547,7 @@ Value apply_filter(Interpreter& in, const std::string& name, const Value& v, Cal
   if (name == "unique") {
     Args p(a, name, {"case_sensitive", "attribute"});
     bool cs = p.has(0) && truthy(p.get(0));
+    if (!is_iterable(v)) return not_iterable(v);
     std::vector<Value> seen, out;
     for (const Value& item : iterate(v)) {
       Value k =

@@ -1,5 +1,7 @@
 #include "tokenizer/jinja_interp.h"
 
+#include <set>
+
 #include "core/error.h"
 #include "tokenizer/jinja_builtins.h"
 #include "tokenizer/jinja_lexer.h"
@@ -29,6 +31,30 @@ void locate(EvalError& err, const T& node) {
     err.line = node.line;
     err.col = node.col;
   }
+}
+
+// An expression Jinja2 can evaluate at compile time: literals, operators, tests, filters that do not need
+// the render context, and method calls on such values.
+bool is_literal(const Expr& e) {
+  static const std::set<std::string> context_filters = {"map", "select", "reject", "selectattr",
+                                                        "rejectattr"};
+  switch (e.kind) {
+    case ExprKind::Name:
+      return false;
+    case ExprKind::Call:
+      if (e.args[0]->kind != ExprKind::Getattr) return false;
+      break;
+    case ExprKind::Filter:
+      if (context_filters.count(e.name) || !e.args[0]) return false;
+      break;
+    default:
+      break;
+  }
+  for (const auto& a : e.args)
+    if (a && !is_literal(*a)) return false;
+  for (const auto& kw : e.kwargs)
+    if (!is_literal(*kw.second)) return false;
+  return true;
 }
 
 }  // namespace
@@ -87,9 +113,13 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope) {
       case StmtKind::Output:
         *out_ += s.text;
         return Flow::Normal;
-      case StmtKind::Print:
-        *out_ += to_str(eval(*s.expr, scope));
+      case StmtKind::Print: {
+        const_print_ = is_literal(*s.expr);
+        Value v = eval(*s.expr, scope);
+        const_print_ = false;
+        *out_ += to_str(v);
         return Flow::Normal;
+      }
       case StmtKind::If:
         for (size_t k = 0; k < s.conds.size(); ++k)
           if (truthy(eval(*s.conds[k], scope))) return exec_body(s.bodies[k], scope);
@@ -321,7 +351,13 @@ Value Interpreter::eval_inner(const Expr& e, const ScopePtr& scope) {
       bool sliceable =
           obj.kind == Kind::String ||
           (obj.kind == Kind::List && (obj.list->kind == ListKind::List || obj.list->kind == ListKind::Tuple));
-      if (!sliceable) return Value::undefined("slice");
+      if (!sliceable) {
+        // Jinja2 evaluates an all-literal {{ }} expression at compile time, where a failed slice becomes
+        // Undefined; anywhere else the same slice raises at render.
+        if (const_print_) return Value::undefined("slice");
+        if (obj.kind == Kind::Dict) fail("unhashable type: 'slice'");
+        fail("'" + type_name(obj) + "' object is not subscriptable");
+      }
       return slice(obj, part[0] ? &*part[0] : nullptr, part[1] ? &*part[1] : nullptr,
                    part[2] ? &*part[2] : nullptr);
     }

@@ -46,7 +46,9 @@ class Interpreter {
   Value make_macro(const Stmt& s, const ScopePtr& scope);
 
   std::string* out_ = nullptr;
-  int call_depth_ = 0;  // macro nesting; Python stops runaway recursion too (RecursionError)
+  int call_depth_ = 0;
+  bool const_print_ = false;  // evaluating an all-literal {{ }} expression (see the Slice case)  // macro
+                              // nesting; Python stops runaway recursion too (RecursionError)
 };
 
 }  // namespace bloomery::jinja

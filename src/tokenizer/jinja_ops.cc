@@ -116,7 +116,10 @@ Value binary_op(const std::string& op, const Value& a, const Value& b) {
       return Value::integer(x - floordiv(x, y) * y);
     }
     if (op == "**") {
-      if (y < 0) return Value::number(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      if (y < 0) {
+        if (x == 0) fail("0.0 cannot be raised to a negative power");
+        return Value::number(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      }
       return Value::integer(int_pow(x, y));
     }
   }
@@ -160,6 +163,7 @@ bool contains(const Value& container, const Value& item) {
     case Kind::List: {
       ListData& l = *container.list;
       if (l.kind == ListKind::Generator) {
+        if (!l.poison.empty()) fail(l.poison);
         while (l.pos < l.items.size()) {
           if (py_eq(l.items[l.pos++], item)) return true;
         }
@@ -170,6 +174,9 @@ bool contains(const Value& container, const Value& item) {
       return false;
     }
     case Kind::Dict:
+      if (item.kind == Kind::Dict || item.kind == Kind::Namespace ||
+          (item.kind == Kind::List && item.list->kind != ListKind::Tuple))
+        fail("unhashable type: '" + type_name(item) + "'");
       return container.dict->find(item) != nullptr;
     default:
       fail("argument of type '" + type_name(container) + "' is not iterable");

@@ -67,6 +67,18 @@ bool py_isspace(char32_t c) {
          c == 0x3000;
 }
 
+bool py_is_case(std::string_view s, bool upper) {
+  bool has = false;
+  for (char32_t c : decode_utf8(s)) {
+    auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(c));
+    bool lo = cat == UTF8PROC_CATEGORY_LL, up = cat == UTF8PROC_CATEGORY_LU,
+         title = cat == UTF8PROC_CATEGORY_LT;
+    if (title || (upper ? lo : up)) return false;
+    has = has || lo || up;
+  }
+  return has;
+}
+
 bool py_isprintable(char32_t c) {
   if (c == ' ') return true;
   if (c < 0x20 || c == 0x7F) return false;

@@ -19,6 +19,8 @@ size_t codepoint_count(std::string_view s);
 
 // Python str.isspace() for one code point.
 bool py_isspace(char32_t c);
+// Python str.islower() / str.isupper(): at least one cased character and none of the other case.
+bool py_is_case(std::string_view s, bool upper);
 // Python str.isprintable() for one code point (used by repr).
 bool py_isprintable(char32_t c);
 

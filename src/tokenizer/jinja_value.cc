@@ -137,7 +137,7 @@ std::string type_name(const Value& v) {
         case ListKind::Generator:
           return "generator";
         case ListKind::View:
-          return "dict_items";
+          return *v.s;
         case ListKind::Range:
           return "range";
         default:
@@ -193,6 +193,7 @@ std::string repr(const Value& v) {
         return "(" + repr_items(v.list->items) + ")";
       }
       if (v.list->kind == ListKind::Range) return *v.s;
+      if (v.list->kind == ListKind::View) return *v.s + "([" + repr_items(v.list->items) + "])";
       break;
     case Kind::Dict:
       return repr_dict(*v.dict);
@@ -298,6 +299,7 @@ std::vector<Value> iterate(const Value& v) {
     case Kind::List: {
       ListData& l = *v.list;
       if (l.kind == ListKind::Generator) {
+        if (!l.poison.empty()) fail(l.poison);
         std::vector<Value> rest(l.items.begin() + static_cast<std::ptrdiff_t>(l.pos), l.items.end());
         l.pos = l.items.size();
         return rest;
@@ -314,7 +316,7 @@ std::vector<Value> iterate(const Value& v) {
       for (char32_t c : decode_utf8(*v.s)) {
         std::string one;
         append_utf8(one, c);
-        chars.push_back(Value::string(std::move(one), v.markup));
+        chars.push_back(Value::string(std::move(one)));  // iterating a Markup yields plain str
       }
       return chars;
     }

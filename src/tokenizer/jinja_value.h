@@ -84,7 +84,8 @@ struct Value {
 struct ListData {
   ListKind kind = ListKind::List;
   std::vector<Value> items;
-  size_t pos = 0;  // generators: items before pos were already consumed
+  size_t pos = 0;      // generators: items before pos were already consumed
+  std::string poison;  // generators over a non-iterable: Python raises this only when they are consumed
 };
 
 // Insertion-ordered mapping with Python key equality (1 == 1.0 == True).

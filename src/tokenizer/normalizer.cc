@@ -10,23 +10,32 @@
 namespace bloomery {
 
 void Normalizer::parse(const nlohmann::json& j, const std::string& file, const std::string& path,
-                       std::vector<Form>& steps) {
+                       std::vector<Step>& steps) {
   if (j.is_null()) return;
   std::string type =
       j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "";
   if (type == "NFC") {
-    steps.push_back(Form::NFC);
+    steps.push_back({Form::NFC, {}, {}});
   } else if (type == "NFD") {
-    steps.push_back(Form::NFD);
+    steps.push_back({Form::NFD, {}, {}});
   } else if (type == "NFKC") {
-    steps.push_back(Form::NFKC);
+    steps.push_back({Form::NFKC, {}, {}});
   } else if (type == "NFKD") {
-    steps.push_back(Form::NFKD);
+    steps.push_back({Form::NFKD, {}, {}});
+  } else if (type == "Prepend" && j.contains("prepend") && j["prepend"].is_string()) {
+    steps.push_back({Form::Prepend, j["prepend"].get<std::string>(), {}});
+  } else if (type == "Replace" && j.contains("pattern") && j["pattern"].is_object() &&
+             j["pattern"].contains("String") && j["pattern"]["String"].is_string() &&
+             !j["pattern"]["String"].get<std::string>().empty() && j.contains("content") &&
+             j["content"].is_string()) {
+    steps.push_back(
+        {Form::Replace, j["pattern"]["String"].get<std::string>(), j["content"].get<std::string>()});
   } else if (type == "Sequence" && j.contains("normalizers") && j["normalizers"].is_array()) {
     for (size_t i = 0; i < j["normalizers"].size(); ++i)
       parse(j["normalizers"][i], file, path + ".normalizers[" + std::to_string(i) + "]", steps);
   } else {
-    raise("E_TOK_UNSUPPORTED", Where{file, {}, path}, "null, NFC, NFD, NFKC, NFKD or a Sequence of them",
+    raise("E_TOK_UNSUPPORTED", Where{file, {}, path},
+          "null, NFC, NFD, NFKC, NFKD, Prepend, Replace (String pattern) or a Sequence of them",
           type.empty() ? j.dump() : type);
   }
 }
@@ -67,8 +76,8 @@ std::string map(std::string_view s, int options) {
 
 std::string Normalizer::apply(std::string_view text) const {
   std::string cur(text);
-  for (Form f : steps_) {
-    switch (f) {
+  for (const Step& step : steps_) {
+    switch (step.form) {
       case Form::NFC:
         if (!below_combining(cur)) cur = map(cur, UTF8PROC_COMPOSE);
         break;
@@ -81,6 +90,18 @@ std::string Normalizer::apply(std::string_view text) const {
       case Form::NFKD:
         cur = map(cur, UTF8PROC_DECOMPOSE | UTF8PROC_COMPAT);
         break;
+      case Form::Prepend:
+        if (!cur.empty()) cur.insert(0, step.a);  // HF prepends only to non-empty text
+        break;
+      case Form::Replace: {
+        std::string out;
+        size_t pos = 0;
+        for (size_t hit; (hit = cur.find(step.a, pos)) != std::string::npos; pos = hit + step.a.size())
+          out.append(cur, pos, hit - pos).append(step.b);
+        out.append(cur, pos, std::string::npos);
+        cur = std::move(out);
+        break;
+      }
     }
   }
   return cur;
