@@ -381,7 +381,7 @@ namespace {
 void json_string(std::string& out, const std::string& s, bool ensure_ascii) {
   out.push_back('"');
   auto esc = [&out](unsigned cp) {
-    char b[8];
+    char b[16];
     std::snprintf(b, sizeof(b), "\\u%04x", cp);
     out += b;
   };
