@@ -6,7 +6,15 @@ std::string dump_json(const nlohmann::json& j) {
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+std::string dump_json(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 std::string sse_data(const nlohmann::json& j) {
+  return "data: " + dump_json(j) + "\n\n";
+}
+
+std::string sse_data(const nlohmann::ordered_json& j) {
   return "data: " + dump_json(j) + "\n\n";
 }
 

@@ -1,0 +1,90 @@
+// Everything the routes need from the model: the folder checked and described before HTTP starts (prepare:
+// every structural error surfaces here, by name), then the weights loaded with progress (load), then the
+// tokenizer, chat template and scheduler that requests use.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "formats/classify.h"
+#include "formats/tensor_source.h"
+#include "models/model.h"
+#include "runtime/scheduler.h"
+#include "server/flags.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace bloomery::server {
+
+// What the start screen prints about the checkpoint.
+struct CheckpointSummary {
+  std::string family;                                  // model_type
+  std::string folder_kind;                             // sharded / single file / CSF
+  std::map<std::string, uint64_t> bytes_by_role;       // stored bytes per role
+  std::map<std::string, std::string> formats_by_role;  // "NVFP4 + BF16"
+  std::map<std::string, uint64_t> bytes_by_format;
+  uint64_t stored_bytes = 0;
+  uint64_t engine_weight_bytes = 0;  // what the CPU engine keeps (f32 per logical element)
+  int64_t n_params = 0;
+  int64_t max_positions = 0;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  size_t n_tensors = 0;
+  std::vector<std::string> warnings;
+};
+
+class EngineHost {
+ public:
+  // Reads config, headers, formats, tokenizer and template; builds the model object (no weights yet).
+  // Throws bloomery::Error on any structural problem.
+  static std::unique_ptr<EngineHost> prepare(const ServerOptions& options);
+
+  const CheckpointSummary& summary() const { return summary_; }
+  // Per-slot state bytes for `ctx` tokens, estimated from config.json (KV of full-attention layers plus
+  // recurrent and conv states); 0 when the family's fields are unknown.
+  uint64_t state_bytes_estimate(int64_t ctx) const;
+
+  // Loads every declared weight; progress(done, total) after each. Then binds and starts the scheduler.
+  void load(const SchedulerConfig& config, int threads, const std::function<void(size_t, size_t)>& progress);
+
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  const ChatTemplate& chat_template() const { return *template_; }
+  const ModelInfo& info() const { return model_->info(); }
+  Scheduler& scheduler() { return *scheduler_; }
+  const std::filesystem::path& folder() const { return folder_; }
+  // The template's generation prompt opens a think block ("<think>" right before the reply), so the reply
+  // starts inside the reasoning.
+  bool think_tags() const { return think_tags_; }
+  const std::vector<int32_t>& eos_ids() const { return eos_ids_; }
+  nlohmann::json generation_config() const { return generation_config_; }
+
+ private:
+  std::filesystem::path folder_;
+  Warnings warnings_;
+  std::unique_ptr<TensorSource> source_;
+  std::vector<WeightRecord> records_;
+  ModelConfig config_;
+  std::unique_ptr<Model> model_;
+  std::vector<TensorDecl> decls_;
+  std::vector<const WeightRecord*> matched_;  // per declaration; null for an absent optional tensor
+  std::optional<Tokenizer> tokenizer_;
+  std::optional<ChatTemplate> template_;
+  bool think_tags_ = false;
+  std::vector<int32_t> eos_ids_;
+  nlohmann::json generation_config_;
+  CheckpointSummary summary_;
+
+  std::unique_ptr<Backend> backend_;
+  WeightSet weights_;
+  std::unique_ptr<StepEngine> step_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+}  // namespace bloomery::server

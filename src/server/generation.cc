@@ -1,0 +1,133 @@
+#include "server/generation.h"
+
+namespace bloomery::server {
+
+std::string valid_utf8(const std::string& s) {
+  nlohmann::json j = s;
+  std::string d = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  return nlohmann::json::parse(d).get<std::string>();
+}
+
+Generation::Generation(const Tokenizer& tok, const GenSpec& spec)
+    : tok_(tok),
+      decoder_(tok, false),
+      stop_(spec.stop),
+      reasoning_(spec.split_reasoning, spec.start_in_reasoning),
+      logprobs_(spec.logprobs) {}
+
+std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokenizer& tokenizer, GenSpec spec,
+                                              const std::vector<int32_t>& eos_ids) {
+  auto g = std::shared_ptr<Generation>(new Generation(tokenizer, spec));
+  GenRequest r;
+  r.prompt = std::move(spec.prompt);
+  r.n_predict = spec.n_predict;
+  r.sampling = spec.sampling;
+  r.eos_ids = eos_ids;
+  r.ignore_eos = spec.ignore_eos;
+  r.id_slot = spec.id_slot;
+  // The callbacks hold the generation alive until the scheduler is done with it, whatever the HTTP side does.
+  r.on_token = [g](const SampledToken& t) { return g->on_token(t); };
+  r.on_finish = [g](const FinishInfo& f) { g->on_finish(f); };
+  auto ticket = scheduler.submit(std::move(r));
+  {
+    std::lock_guard lk(g->mu_);
+    g->ticket_ = ticket;
+  }
+  return g;
+}
+
+bool Generation::on_token(const SampledToken& t) {
+  GenDelta d;
+  d.tokens.push_back(t.id);
+  if (logprobs_) {
+    TokenLogprob lp{t.id, tok_.decode({&t.id, 1}), t.logprob, {}};
+    for (const auto& c : t.top) lp.top.push_back({c.id, tok_.decode({&c.id, 1}), c.logprob, {}});
+    d.logprobs.push_back(std::move(lp));
+  }
+  // Special tokens are not text, except the think tags the reasoning split needs.
+  std::string text;
+  if (!tok_.is_special(t.id)) {
+    text = decoder_.push(t.id);
+  } else {
+    std::string s = tok_.token_string(t.id);
+    if (s == "<think>" || s == "</think>") text = decoder_.finish() + s;
+  }
+  std::string safe = stop_.push(text);
+  auto r = reasoning_.push(safe);
+  d.content = std::move(r.content);
+  d.reasoning = std::move(r.reasoning);
+  bool go_on = !stop_.matched();
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back(std::move(d));
+  }
+  cv_.notify_all();
+  return go_on;
+}
+
+void Generation::on_finish(const FinishInfo& f) {
+  GenDelta d;
+  if (!stop_.matched()) {
+    std::string rest = stop_.push(decoder_.finish());
+    rest += stop_.flush();
+    auto a = reasoning_.push(rest);
+    d.content = a.content;
+    d.reasoning = a.reasoning;
+  }
+  auto b = reasoning_.flush();
+  d.content += b.content;
+  d.reasoning += b.reasoning;
+  {
+    std::lock_guard lk(mu_);
+    if (!d.empty()) queue_.push_back(std::move(d));
+    finish_ = f;
+    if (stop_.matched()) stop_word_ = stop_.word();
+    finished_ = true;
+  }
+  cv_.notify_all();
+}
+
+Generation::Poll Generation::next(GenDelta& out, std::chrono::milliseconds wait) {
+  std::unique_lock lk(mu_);
+  cv_.wait_for(lk, wait, [&] { return !queue_.empty() || finished_; });
+  if (!queue_.empty()) {
+    out = std::move(queue_.front());
+    queue_.pop_front();
+    return Poll::Output;
+  }
+  return finished_ ? Poll::Finished : Poll::Timeout;
+}
+
+void Generation::cancel() {
+  std::lock_guard lk(mu_);
+  if (ticket_) ticket_->cancel();
+}
+
+std::string Generation::finish_reason() const {
+  switch (finish_.reason) {
+    case StopReason::Eos:
+    case StopReason::Word:
+      return "stop";
+    case StopReason::Limit:
+    case StopReason::ContextFull:
+      return "length";
+    default:
+      return "";
+  }
+}
+
+std::string Generation::stop_type() const {
+  switch (finish_.reason) {
+    case StopReason::Eos:
+      return "eos";
+    case StopReason::Word:
+      return "word";
+    case StopReason::Limit:
+    case StopReason::ContextFull:
+      return "limit";
+    default:
+      return "none";
+  }
+}
+
+}  // namespace bloomery::server

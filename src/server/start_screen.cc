@@ -1,0 +1,99 @@
+#include "server/start_screen.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+namespace bloomery::server {
+
+std::string human_bytes(uint64_t b) {
+  const char* unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double x = static_cast<double>(b);
+  int u = 0;
+  while (x >= 1024.0 && u < 4) {
+    x /= 1024.0;
+    ++u;
+  }
+  return u == 0 ? fmt::format("{} B", b) : fmt::format("{:.2f} {}", x, unit[u]);
+}
+
+ServePlan plan_serving(const ServerOptions& o, const CheckpointSummary& s, int hardware_threads) {
+  ServePlan p;
+  if (o.n_parallel > 0) {
+    p.n_slots = o.n_parallel;
+  } else {
+    p.n_slots = 4;
+    p.choices.push_back("slots: 4 (auto: llama-server's auto picks at most 4; change with -np/--parallel)");
+  }
+  if (o.ctx_size > 0) {
+    p.n_ctx_total = o.ctx_size;
+  } else {
+    p.n_ctx_total = s.max_positions > 0 ? s.max_positions : 4096;
+    p.choices.push_back(fmt::format(
+        "context: {} tokens in all ({}; change with -c/--ctx-size)", p.n_ctx_total,
+        s.max_positions > 0 ? "the model's max_position_embeddings" : "the model does not say; 4096"));
+  }
+  p.n_ctx_slot = p.n_ctx_total / p.n_slots;
+  if (s.max_positions > 0 && p.n_ctx_slot > s.max_positions) p.n_ctx_slot = s.max_positions;
+  p.threads = o.threads > 0 ? o.threads : std::max(1, hardware_threads);
+  if (o.threads <= 0)
+    p.choices.push_back(fmt::format("engine threads: {} (every core; change with -t/--threads)", p.threads));
+  p.http_threads = o.threads_http > 0 ? o.threads_http : p.n_slots + 4;
+  if (o.threads_http <= 0)
+    p.choices.push_back(
+        fmt::format("HTTP workers: {} (slots + 4; change with --threads-http)", p.http_threads));
+  if (!o.user_set("n-predict"))
+    p.choices.push_back("generation limit: until EOS or the slot's context end (change with -n/--n-predict)");
+  if (!o.user_set("temp"))
+    p.choices.push_back(
+        fmt::format("sampling defaults: temp {} top-k {} top-p {} min-p {} (change with --temp, "
+                    "--top-k, --top-p, --min-p)",
+                    o.temperature, o.top_k, o.top_p, o.min_p));
+  if (o.api_keys.empty())
+    p.choices.push_back("no API key: every client is accepted (set one with --api-key)");
+  if (!o.metrics) p.choices.push_back("/metrics off (turn on with --metrics)");
+  return p;
+}
+
+std::string start_screen(const ServerOptions& o, const EngineHost& host, const ServePlan& plan) {
+  const CheckpointSummary& s = host.summary();
+  std::string out;
+  out += "bloomery-serve 0.1.0\n";
+  out += fmt::format("model       {} ({}, {} tensors, {} parameters)\n", o.model, s.family, s.n_tensors,
+                     s.n_params);
+  out += fmt::format("folder      {}\n", s.folder_kind);
+  out += "formats     role                 stored bytes   formats\n";
+  for (const auto& [role, bytes] : s.bytes_by_role) {
+    auto it = s.formats_by_role.find(role);
+    out += fmt::format("            {:<20} {:>12}   {}\n", role, human_bytes(bytes),
+                       it == s.formats_by_role.end() ? "" : it->second);
+  }
+  out += fmt::format("            {:<20} {:>12}\n", "total", human_bytes(s.stored_bytes));
+  uint64_t state = host.state_bytes_estimate(plan.n_ctx_slot);
+  out += "memory plan (CPU engine, host memory)\n";
+  out += fmt::format("            weights (decoded to f32)   {:>12}\n", human_bytes(s.engine_weight_bytes));
+  out += fmt::format("            state per slot (estimate)  {:>12}  x {} slots\n", human_bytes(state),
+                     plan.n_slots);
+  out += fmt::format("            total                      {:>12}\n",
+                     human_bytes(s.engine_weight_bytes + state * static_cast<uint64_t>(plan.n_slots)));
+  out += fmt::format("slots       {} x {} tokens of context (-c {} over -np {})\n", plan.n_slots,
+                     plan.n_ctx_slot, plan.n_ctx_total, plan.n_slots);
+  out += fmt::format("batching    -b {} prompt tokens per step, -ub {} per sequence\n", o.batch_size,
+                     o.ubatch_size);
+  out += fmt::format("listening   http://{}:{}\n", o.host, o.port);
+  for (const auto& c : plan.choices) out += "choice      " + c + "\n";
+  for (const auto& [flag, src] : o.source)
+    if (src != "command line") out += fmt::format("env         --{} from {}\n", flag, src);
+  for (const auto& w : o.warnings) out += "warning     " + w + "\n";
+  for (const auto& w : s.warnings) out += "warning     " + w + "\n";
+  return out;
+}
+
+std::string progress_bar(size_t done, size_t total, int width) {
+  size_t t = std::max<size_t>(total, 1);
+  int fill = static_cast<int>(static_cast<double>(done) / static_cast<double>(t) * width);
+  return fmt::format("loading [{}{}] {:3}%  {}/{} tensors", std::string(fill, '#'),
+                     std::string(width - fill, '.'), done * 100 / t, done, total);
+}
+
+}  // namespace bloomery::server
