@@ -77,6 +77,7 @@ TEST_F(CudaLinear, StoredFormatsAtModelShapes) {
     for (int64_t T : {1, 3, 8, 20, 70}) check_matmul(wc, wg, s->decoded, T, 0, cs.n, cs.what);
     check_matmul(wc, wg, s->decoded, 2, 128, cs.n - 200, std::string(cs.what) + " rows 128+");
     check_matmul(wc, wg, s->decoded, 45, 128, cs.n - 200, std::string(cs.what) + " rows 128+");
+    check_matmul(wc, wg, s->decoded, 5, 128, cs.n - 203, std::string(cs.what) + " rows 128+ (odd count)");
   }
 }
 

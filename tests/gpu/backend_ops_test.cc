@@ -115,8 +115,8 @@ TEST_F(CudaOps, AttentionDecodeAndPrompt) {
     int64_t T, S;
     bool mask;
   };
-  for (const Case& cs :
-       {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true}}) {
+  for (const Case& cs : {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true},
+                         Case{2, 3000, true}, Case{3, 40000, false}}) {
     auto [qc, qg] = both(randn(cs.T * Hq * d), {cs.T, Hq, d});
     auto [kc, kg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
     auto [vc, vg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
@@ -262,6 +262,55 @@ TEST_F(CudaOps, Sampling) {
   // top-p 0.5 on that distribution keeps only token 4 (p ≈ 0.74).
   const auto nucleus = gpu_->sample(sg, {.temperature = 0.7f, .top_p = 0.5f, .seed = 9});
   EXPECT_TRUE(std::all_of(nucleus.begin(), nucleus.end(), [](int32_t id) { return id == 4; }));
+}
+
+// Timings of the decode-path small ops at real shapes (not pass/fail; for the report and later tuning).
+TEST_F(CudaOps, Timings) {
+  auto time_us = [&](auto&& fn) {
+    fn();
+    gpu_->synchronize();
+    cudaEvent_t a, b;
+    cudaEventCreate(&a), cudaEventCreate(&b);
+    cudaEventRecord(a);
+    for (int i = 0; i < 10; ++i) fn();
+    cudaEventRecord(b);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    cudaEventDestroy(a), cudaEventDestroy(b);
+    return ms * 100.0;  // per call, microseconds
+  };
+  for (int64_t S : {4096, 32768}) {
+    Tensor q = gpu_->upload(randn(24 * 256), {1, 24, 256}), k = gpu_->upload(randn(S * 2 * 256), {S, 2, 256});
+    Tensor v = gpu_->upload(randn(S * 2 * 256), {S, 2, 256}), o = gpu_->alloc({1, 24, 256});
+    const double us = time_us([&] { gpu_->attention(o, q, k, v, S - 1, 0.0625f); });
+    std::printf("[time] attention decode S=%lld: %.1f us (%.0f GB/s of KV)\n", static_cast<long long>(S), us,
+                2.0 * S * 2 * 256 * 4 / (us * 1e-6) / 1e9);
+  }
+  for (int64_t T : {1, 1024}) {
+    Tensor q = gpu_->upload(randn(T * 16 * 128), {T, 16, 128}),
+           k = gpu_->upload(randn(T * 16 * 128), {T, 16, 128});
+    Tensor v = gpu_->upload(randn(T * 48 * 128), {T, 48, 128}),
+           g = gpu_->upload(uniform(T * 48, -0.1f, 0.0f), {T, 48});
+    Tensor b = gpu_->upload(uniform(T * 48, 0.0f, 1.0f), {T, 48}), st = gpu_->alloc({48, 128, 128});
+    Tensor o = gpu_->alloc({T, 48, 128});
+    const double us = time_us([&] { gpu_->gated_delta_rule(o, q, k, v, g, b, st, true, T > 1); });
+    std::printf("[time] gated_delta_rule T=%lld (48 heads, 128x128 state): %.1f us\n",
+                static_cast<long long>(T), us);
+  }
+  Tensor x = gpu_->upload(randn(2560), {1, 2560}), y = gpu_->alloc({1, 2560});
+  Weight w = gpu_->upload_weight("n", randn(2560), {2560});
+  std::printf("[time] rms_norm [1, 2560]: %.1f us\n",
+              time_us([&] { gpu_->rms_norm(y, x, &w, 1e-6f, NormKind::OnePlus); }));
+  Tensor lg = gpu_->upload(randn(512), {1, 512}), ids = gpu_->alloc({1, 10}, ElemType::I32),
+         wt = gpu_->alloc({1, 10});
+  std::printf("[time] route_softmax_topk [1, 512] k=10: %.1f us\n",
+              time_us([&] { gpu_->route_softmax_topk(ids, wt, lg, {.top_k = 10}); }));
+  Tensor logits = gpu_->upload(randn(151936, 3.0f), {1, 151936});
+  std::printf("[time] sample V=151936 top-k/top-p/min-p (with the id copy back): %.1f us\n", time_us([&] {
+                gpu_->sample(logits,
+                             {.temperature = 0.8f, .top_k = 50, .top_p = 0.9f, .min_p = 0.02f, .seed = 1});
+              }));
 }
 
 TEST_F(CudaOps, FamilyOpsRefuseByName) {

@@ -272,8 +272,13 @@ void CudaBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const
   need(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
        std::to_string(q0) + "+" + std::to_string(T));
   if (allowed) need(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
+  // Split-KV partials only pay off for few query rows; prompts never split (no scratch).
+  float* part =
+      T * Hq < 264
+          ? static_cast<float*>(scratch_[2].get(static_cast<size_t>(attention_part_floats(T, Hq, dv)) * 4))
+          : nullptr;
   cuda::attention(out.f32(), q.f32(), k.f32(), v.f32(), allowed ? allowed->f32() : nullptr, T, Hq, d, S, Hkv,
-                  dv, q0, scale, stream_);
+                  dv, q0, scale, part, stream_);
 }
 
 void CudaBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& logits,

@@ -51,9 +51,11 @@ void rope(float* x, const int64_t* pos, const float* inv_freq, int64_t T, int64_
           bool interleaved, cudaStream_t s);
 
 // ---- attention -------------------------------------------------------------------------------------------
+// part: scratch of attention_part_floats(T, Hq, dv) floats for split-KV decode (null: never split).
 void attention(float* out, const float* q, const float* k, const float* v, const float* allowed, int64_t T,
                int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale,
-               cudaStream_t s);
+               float* part, cudaStream_t s);
+int attention_part_floats(int64_t T, int64_t Hq, int64_t dv);
 
 // ---- mixture of experts ----------------------------------------------------------------------------------
 void route_softmax_topk(int32_t* ids, float* weights, const float* logits, int64_t T, int64_t E, int k,

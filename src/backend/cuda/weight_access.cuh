@@ -57,23 +57,26 @@ __device__ __forceinline__ float weight_element(const DeviceWeight& w, uint64_t 
   }
 }
 
-// Stored formats grouped by element width; a 16-byte unit holds kUnit elements.
-enum class Width : int { F32 = 4, Half = 8, Fp8 = 16, Fp4 = 32 };
+// Stored formats grouped by element width. A unit is what one lane loads at once: 16 bytes, except FP4 whose
+// 8-byte unit is exactly one NVFP4 scale block (16 elements), so one scale serves a unit in every format.
+enum class Width : int { F32, Half, Fp8, Fp4 };
 
 template <Width W>
 struct Unit {
-  static constexpr int kElems = static_cast<int>(W);
+  static constexpr int kElems = W == Width::F32 ? 4 : (W == Width::Half ? 8 : 16);
 };
 
-// Decodes the 16-byte unit starting at element k0 of row n (k0 a multiple of kElems, row start 16-byte
-// aligned) into v[kElems].
+// Decodes the unit starting at element k0 of row n (k0 a multiple of kElems, rows aligned to the unit's
+// bytes) into v[kElems].
 template <Width W>
 __device__ __forceinline__ void decode_unit(const DeviceWeight& w, uint64_t n, uint64_t k0, float* v) {
   if constexpr (W == Width::F32) {
-    const float4 q = *reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + n * w.cols + k0);
+    const float4 q =
+        __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + n * w.cols + k0));
     v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
   } else if constexpr (W == Width::Half) {
-    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0);
+    const uint4 q =
+        __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0));
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
     const bool f16 = w.format == FormatId::F16;
 #pragma unroll
@@ -83,28 +86,27 @@ __device__ __forceinline__ void decode_unit(const DeviceWeight& w, uint64_t n, u
       v[2 * i + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_to_f32(hi);
     }
   } else if constexpr (W == Width::Fp8) {
-    const uint4 q = *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0);
+    const uint4 q =
+        __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0));
     const uint32_t words[4] = {q.x, q.y, q.z, q.w};
     // A 16-element unit never straddles an MX block (32) or an FP8 tile (bk is a multiple of 16 when the
-    // vector path is taken), so one scale serves the unit.
+    // unit path is taken), so one scale serves the unit.
     const float s = fp8_scale(w, n, k0);
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(e4m3_to_f32((words[i / 4] >> (8 * (i % 4))) & 0xFFu), s);
   } else {
-    const uint4 q =
-        *reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2);
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+    const uint2 q = __ldg(
+        reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2));
+    const uint32_t words[2] = {q.x, q.y};
     if (w.format == FormatId::MXFP4) {
       const float s = e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k0 / 32]);
 #pragma unroll
-      for (int i = 0; i < 32; ++i) v[i] = __fmul_rn(e2m1_to_f32((words[i / 8] >> (4 * (i % 8))) & 0xFu), s);
+      for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(e2m1_to_f32((words[i / 8] >> (4 * (i % 8))) & 0xFu), s);
     } else {
-      const float s0 = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
-      const float s1 = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16 + 1]);
+      const float s = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
 #pragma unroll
-      for (int i = 0; i < 32; ++i)
-        v[i] = __fmul_rn(__fmul_rn(e2m1_to_f32((words[i / 8] >> (4 * (i % 8))) & 0xFu), i < 16 ? s0 : s1),
-                         w.global);
+      for (int i = 0; i < 16; ++i)
+        v[i] = __fmul_rn(__fmul_rn(e2m1_to_f32((words[i / 8] >> (4 * (i % 8))) & 0xFu), s), w.global);
     }
   }
 }
