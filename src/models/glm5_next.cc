@@ -1,6 +1,7 @@
 // glm5_next (GLM-5.3-Flash): 4 mHC streams, KDA and NoPE MLA-DSA token mixers (indexer selection shared
 // across layers where indexer_types says "shared"), dense / sigmoid-routed MoE with clamped SwiGLU, and the
 // NextN draft layer. The math follows models.md §4 and transformers' modeling_glm5_next.py, in order.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -102,8 +103,23 @@ GlmConfig read_config(const nlohmann::json& c) {
   auto mt = str_list(c, "mlp_layer_types");
   if (mt.empty())
     for (int64_t i = 0; i < k.L; ++i) mt.push_back(i < 3 ? "dense" : "sparse");
+  // indexer_types, else index_topk_pattern ("FSSF…" or a list), else the freq / offset schedule
+  // (transformers).
   auto it = str_list(c, "indexer_types");
-  if (it.empty()) it.assign(k.L, "full");
+  if (it.empty() && c.contains("index_topk_pattern") && c["index_topk_pattern"].is_string()) {
+    for (char ch : c["index_topk_pattern"].get<std::string>()) {
+      if (ch != 'F' && ch != 'S') bad_field("index_topk_pattern", "letters F and S", std::string(1, ch));
+      it.push_back(ch == 'F' ? "full" : "shared");
+    }
+  } else if (it.empty()) {
+    it = str_list(c, "index_topk_pattern");
+  }
+  if (it.empty()) {
+    const int64_t freq = std::max<int64_t>(cfg_int(c, "index_topk_freq", 1), 1);
+    const int64_t offset = cfg_int(c, "index_skip_topk_offset", 2);
+    for (int64_t i = 0; i < k.L; ++i)
+      it.push_back(std::max<int64_t>(i - offset + 1, 0) % freq == 0 ? "full" : "shared");
+  }
   if (static_cast<int64_t>(lt.size()) != k.L || static_cast<int64_t>(mt.size()) != k.L ||
       static_cast<int64_t>(it.size()) != k.L)
     bad_field("layer_types", std::to_string(k.L) + " entries per schedule",
@@ -112,7 +128,10 @@ GlmConfig read_config(const nlohmann::json& c) {
     k.is_dsa.push_back(lt[i] != "linear_attention");
     k.is_sparse.push_back(mt[i] == "sparse");
     k.shared_index.push_back(it[i] == "shared");
-    if (k.shared_index[i] && (i == 0 || !k.is_dsa[i] || !k.is_dsa[i - 1] || k.shared_index[i - 1]))
+    // Only DSA layers read it; a shared one needs the selection of a DSA layer with its own indexer right
+    // before.
+    if (!k.is_dsa[i]) k.shared_index[i] = false;
+    if (k.shared_index[i] && (i == 0 || !k.is_dsa[i - 1] || k.shared_index[i - 1]))
       bad_field("indexer_types", "\"shared\" only right after a DSA layer with its own indexer",
                 "\"shared\" at layer " + std::to_string(i));
   }
