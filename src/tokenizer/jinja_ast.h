@@ -80,10 +80,14 @@ struct Stmt {
   Body else_body;                    // If / For
   std::vector<Param> params;         // Macro
   std::vector<ExprPtr> with_values;  // With: one per target
+  // Names this statement's body frame assigns before reading them (Jinja2's idtracking): they start out
+  // undefined in the frame, hiding outer values, even from nested loops and macros that run earlier.
+  std::vector<std::string> prebind;
 };
 
 struct Template {
   Body body;
+  std::vector<std::string> prebind;  // as Stmt::prebind, for the top-level frame
 };
 
 }  // namespace bloomery::jinja

@@ -57,6 +57,10 @@ bool is_literal(const Expr& e) {
   return true;
 }
 
+void prebind(Scope& sc, const std::vector<std::string>& names) {
+  for (const auto& n : names) sc.set(n, Value::undefined(n));
+}
+
 }  // namespace
 
 std::string Interpreter::render(const Template& tpl, const Value& context, const std::string& origin) {
@@ -65,6 +69,7 @@ std::string Interpreter::render(const Template& tpl, const Value& context, const
   if (context.kind == Kind::Dict)
     for (const auto& [k, v] : context.dict->entries)
       if (k.kind == Kind::String) root->set(*k.s, v);
+  prebind(*root, tpl.prebind);
   std::string out;
   in.out_ = &out;
   try {
@@ -132,6 +137,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope) {
       case StmtKind::SetBlock: {
         auto inner = std::make_shared<Scope>();
         inner->parent = scope;
+        prebind(*inner, s.prebind);
         Value text = Value::string(capture(s.body, inner));
         if (s.expr) text = eval_filter(*s.expr, scope, &text);
         assign(s, scope, text);
@@ -143,6 +149,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope) {
       case StmtKind::With: {
         auto inner = std::make_shared<Scope>();
         inner->parent = scope;
+        prebind(*inner, s.prebind);
         for (size_t k = 0; k < s.targets.size(); ++k)
           inner->set(s.targets[k], eval(*s.with_values[k], scope));
         return exec_body(s.body, inner);
@@ -150,6 +157,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope) {
       case StmtKind::FilterBlock: {
         auto inner = std::make_shared<Scope>();
         inner->parent = scope;
+        prebind(*inner, s.prebind);
         Value text = Value::string(capture(s.body, inner));
         *out_ += to_str(eval_filter(*s.expr, scope, &text));
         return Flow::Normal;
@@ -157,6 +165,7 @@ Interpreter::Flow Interpreter::exec(const Stmt& s, const ScopePtr& scope) {
       case StmtKind::Generation: {
         auto inner = std::make_shared<Scope>();
         inner->parent = scope;
+        prebind(*inner, s.prebind);
         exec_body(s.body, inner);
         return Flow::Normal;
       }
@@ -226,6 +235,7 @@ Interpreter::Flow Interpreter::exec_for(const Stmt& s, const ScopePtr& scope) {
     auto inner = std::make_shared<Scope>();  // Jinja2 starts every iteration with fresh locals
     inner->parent = scope;
     inner->set("loop", loop);
+    prebind(*inner, s.prebind);
     assign(s, inner, state->items[k]);
     Flow f = exec_body(s.body, inner);
     if (f == Flow::Break) break;
@@ -242,6 +252,7 @@ Value Interpreter::make_macro(const Stmt& s, const ScopePtr& scope) {
     ScopePtr parent = weak.lock();
     auto local = std::make_shared<Scope>();
     local->parent = parent;
+    prebind(*local, def->prebind);
     if (args.pos.size() > def->params.size())
       fail("macro '" + def->text + "' takes not more than " + std::to_string(def->params.size()) +
            " argument(s)");
