@@ -1,0 +1,178 @@
+// `bloomery run -m <folder> -p "text"`: loads a model, tokenizes, generates and streams text, prints
+// tokens/s.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "models/model_loader.h"
+#include "runtime/engine.h"
+#include "runtime/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "tools/backend_choice.h"
+#include "tools/command.h"
+
+namespace bloomery::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int32_t> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (item.empty()) continue;
+    try {
+      size_t used = 0;
+      long long v = std::stoll(item, &used);
+      if (used != item.size() || v < 0 || v > INT32_MAX) throw std::invalid_argument(item);
+      ids.push_back(static_cast<int32_t>(v));
+    } catch (const std::exception&) {
+      raise("E_PROMPT", Where{"", "", "--prompt-ids"}, "comma-separated non-negative integers",
+            "'" + item + "'");
+    }
+  }
+  if (ids.empty()) raise("E_PROMPT", Where{"", "", "--prompt-ids"}, "at least one id", "none");
+  return ids;
+}
+
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+int run_run(int argc, char** argv) {
+  CLI::App app{"Generate text with a model folder on the CPU or CUDA backend."};
+  std::string folder, prompt, prompt_ids, logits_out, backend_name = "cpu";
+  int n_predict = 64, threads = 0, top_k = 0;
+  float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
+  uint64_t seed = 0;
+  bool print_ids = false, ignore_eos = false;
+  app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
+  app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
+  app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
+  app.add_option("-n,--n-predict", n_predict, "tokens to generate")->check(CLI::NonNegativeNumber);
+  app.add_option("--temp", temp, "temperature (0 = greedy)");
+  app.add_option("--top-k", top_k, "top-k (0 = off)");
+  app.add_option("--top-p", top_p, "top-p (1 = off)");
+  app.add_option("--min-p", min_p, "min-p (0 = off)");
+  app.add_option("--seed", seed, "sampling seed");
+  app.add_option("-t,--threads", threads, "CPU threads (0 = every core)");
+  app.add_flag("--print-ids", print_ids, "print the generated token ids after the text");
+  app.add_flag("--ignore-eos", ignore_eos, "keep generating after an end-of-sequence token");
+  app.add_option(
+      "--logits-out", logits_out,
+      "write f32 logits (raw little-endian, one row of vocab_size per position) of the last prompt "
+      "position and of every generated step");
+  app.add_option("--backend", backend_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  CLI11_PARSE(app, argc, argv);
+
+  if (prompt.empty() == prompt_ids.empty()) {
+    std::fprintf(stderr, "error: give exactly one of -p/--prompt and --prompt-ids\n");
+    return 2;
+  }
+  // --backend cuda: refuse a family whose ops the card lacks before loading anything (helper J).
+  check_backend_runs(backend_name, folder);
+
+  auto t0 = Clock::now();
+  std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
+  std::unique_ptr<LoadedModel> lm = load_model(folder, *backend);
+  Model& model = *lm->model;
+  const ModelInfo& info = model.info();
+  for (const auto& w : lm->warnings.summary()) std::fprintf(stderr, "warning: %s\n", w.c_str());
+
+  // The tokenizer is optional with --prompt-ids: ids are then printed instead of text.
+  std::unique_ptr<Tokenizer> tok;
+  try {
+    tok = std::make_unique<Tokenizer>(Tokenizer::from_folder(lm->source->config_dir()));
+  } catch (const Error& e) {
+    if (!prompt_ids.empty()) {
+      std::fprintf(stderr, "note: no tokenizer (%s); printing ids\n", e.what());
+      print_ids = true;
+    } else {
+      throw;
+    }
+  }
+  std::vector<int32_t> ids;
+  if (!prompt_ids.empty()) {
+    ids = parse_ids(prompt_ids);
+  } else {
+    ids = tok->encode(prompt, true);
+    if (tok->add_bos() && tok->bos_id()) ids.insert(ids.begin(), *tok->bos_id());
+    if (ids.empty()) raise("E_PROMPT", Where{"", "", "--prompt"}, "a prompt of at least one token", "empty");
+  }
+  for (int32_t id : ids)
+    if (id >= info.vocab_size)
+      raise("E_TOKEN_RANGE", Where{"", "", "prompt"}, "ids below " + std::to_string(info.vocab_size),
+            std::to_string(id));
+  std::vector<int32_t> eos = info.eos_ids;
+  if (eos.empty() && tok) eos = tok->eos_ids();
+
+  Engine engine(*backend, model);
+  SeqId seq = engine.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);
+  Sampler sampler(SamplerConfig{temp, top_k, top_p, min_p, seed});
+  std::ofstream logits_file;
+  if (!logits_out.empty()) {
+    logits_file.open(logits_out, std::ios::binary);
+    if (!logits_file) raise("E_IO_OPEN", Where{logits_out, "", ""}, "a writable file", "cannot open");
+  }
+  auto write_row = [&](const std::vector<float>& row) {
+    if (logits_file.is_open())
+      logits_file.write(reinterpret_cast<const char*>(row.data()),
+                        static_cast<std::streamsize>(row.size() * 4));
+  };
+  auto t_loaded = Clock::now();
+  std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens\n", folder.c_str(),
+               info.family.c_str(), seconds(t0, t_loaded), backend->threads(), ids.size());
+  if (tok) {
+    std::fputs(tok->decode_text(ids).c_str(), stdout);
+    std::fflush(stdout);
+  }
+
+  std::vector<float> row = engine.prefill(seq, ids);
+  auto t_prompt = Clock::now();
+  std::vector<int32_t> out;
+  std::unique_ptr<StreamDecoder> stream = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
+  for (int i = 0; i < n_predict; ++i) {
+    write_row(row);
+    const int32_t next = sampler.sample(row);
+    out.push_back(next);
+    if (stream) {
+      std::fputs(stream->push(next).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    const bool is_eos = std::find(eos.begin(), eos.end(), next) != eos.end();
+    if ((is_eos && !ignore_eos) || i + 1 == n_predict) break;
+    SeqId seqs[] = {seq};
+    int32_t toks[] = {next};
+    row = engine.decode(seqs, toks)[0];
+  }
+  auto t_end = Clock::now();
+  if (stream) std::fputs(stream->finish().c_str(), stdout);
+  std::fputs("\n", stdout);
+  if (print_ids) {
+    std::string s;
+    for (int32_t id : out) s += (s.empty() ? "" : ",") + std::to_string(id);
+    std::printf("ids: %s\n", s.c_str());
+  }
+  std::fflush(stdout);
+  const double tp = seconds(t_loaded, t_prompt), tg = seconds(t_prompt, t_end);
+  std::fprintf(
+      stderr,
+      "prompt: %zu tokens in %.3f s (%.1f tokens/s); generation: %zu tokens in %.3f s (%.1f tokens/s)\n",
+      ids.size(), tp, tp > 0 ? ids.size() / tp : 0.0, out.size(), tg,
+      tg > 0 && out.size() > 1 ? (out.size() - 1) / tg : 0.0);
+  return 0;
+}
+
+RegisterCommand reg{"run", "generate text from a prompt (CPU or CUDA engine): -m <folder> -p \"text\"",
+                    run_run};
+
+}  // namespace
+}  // namespace bloomery::tools
