@@ -18,19 +18,23 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
     const one = async (i) => {
       const kind = rand();
       const abortAfter = rand() < 0.2 ? 1 + Math.floor(rand() * 6) : -1;  // ~20 % disconnect mid-stream
-      const max_tokens = 4 + Math.floor(rand() * 28);
+      // A request that will disconnect asks for many tokens, so the disconnect lands mid-generation.
+      const max_tokens = abortAfter > 0 ? 300 + Math.floor(rand() * 300) : 4 + Math.floor(rand() * 28);
       const stream = abortAfter > 0 || rand() < 0.5;
       const ac = new AbortController();
       const body = kind < 0.5
-        ? { model: 'm', messages: [{ role: 'user', content: `soak ${i} ${'x '.repeat(i % 50)}` }], max_tokens, stream }
-        : { model: 'm', prompt: `soak ${i} ${'y '.repeat(i % 70)}`, max_tokens, stream };
+        ? { model: 'm', messages: [{ role: 'user', content: `soak ${i} ${'x '.repeat(Math.abs(i) % 50)}` }], max_tokens, stream, ignore_eos: abortAfter > 0 }
+        : { model: 'm', prompt: `soak ${i} ${'y '.repeat(Math.abs(i) % 70)}`, max_tokens, stream, ignore_eos: abortAfter > 0 };
       const api = kind < 0.5 ? client.chat.completions : client.completions;
       try {
         const r = await api.create(body, { signal: ac.signal });
         if (!stream) { assert.ok(r.usage.completion_tokens <= max_tokens); return 'ok'; }
         let n = 0;
         for await (const c of r) {
-          if (++n === abortAfter) ac.abort();
+          if (++n === abortAfter) {
+            ac.abort();  // the client goes away: abort the request and stop reading
+            return 'aborted';
+          }
         }
         return 'ok';
       } catch (e) {
@@ -38,18 +42,29 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
         throw e;
       }
     };
-    // Warm up, then measure.
-    for (let i = 0; i < 16; ++i) await one(-1 - i).catch(() => {});
+    // Warm up with the same mix at full concurrency (every HTTP worker and allocator arena in use), then measure.
+    let warm = 0;
+    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+      while (warm < 64) await one(-1 - warm++);
+    }));
     const rss0 = server.rssKiB();
     let next = 0;
     const counts = { ok: 0, aborted: 0 };
     const t0 = Date.now();
+    // A progress line every 10 s, so a stall shows where it happened.
+    const progress = setInterval(async () => {
+      const pm = await getJson(`${server.url}/metrics`).catch(() => null);
+      console.log(`soak progress: ${((Date.now() - t0) / 1000).toFixed(0)} s, started ${next}, ok ${counts.ok}, ` +
+        `aborted ${counts.aborted}, processing ${pm && metric(pm.body, 'llamacpp:requests_processing')}, ` +
+        `deferred ${pm && metric(pm.body, 'llamacpp:requests_deferred')}`);
+    }, 10000);
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
       while (next < TOTAL) {
         const i = next++;
         counts[await one(i)]++;
       }
     }));
+    clearInterval(progress);
     const secs = (Date.now() - t0) / 1000;
     await waitFor(async () => {
       const s = await getJson(`${server.url}/slots`);
