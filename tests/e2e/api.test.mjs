@@ -113,7 +113,8 @@ test('stop strings end generation and are never emitted, not even partly', async
 });
 
 test('logprobs and top_logprobs', async () => {
-  const r = await client.chat.completions.create({ model: 'm', messages: chat, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3 });
+  // ignore_eos: an EOS is counted in completion_tokens but carries no text, hence no logprobs entry.
+  const r = await client.chat.completions.create({ model: 'm', messages: chat, max_tokens: 4, temperature: 0, logprobs: true, top_logprobs: 3, ignore_eos: true });
   const lp = r.choices[0].logprobs.content;
   assert.equal(lp.length, r.usage.completion_tokens);
   for (const e of lp) {
@@ -123,7 +124,7 @@ test('logprobs and top_logprobs', async () => {
     assert.equal(e.top_logprobs[0].logprob, e.logprob);
     assert.ok(Array.isArray(e.bytes));
   }
-  const c = await client.completions.create({ model: 'm', prompt: 'Hello', max_tokens: 3, temperature: 0, logprobs: 2 });
+  const c = await client.completions.create({ model: 'm', prompt: 'Hello', max_tokens: 3, temperature: 0, logprobs: 2, ignore_eos: true });
   assert.equal(c.choices[0].logprobs.tokens.length, c.usage.completion_tokens);
   assert.ok(c.choices[0].logprobs.token_logprobs.every((x) => x <= 0));
   // {token text: logprob}: two alternatives, fewer only when both decode to the same text (e.g. U+FFFD).
