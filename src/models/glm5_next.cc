@@ -3,6 +3,7 @@
 // NextN draft layer. The math follows models.md §4 and transformers' modeling_glm5_next.py, in order.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -290,6 +291,7 @@ class Glm5Next final : public Model {
       raise("E_CONTEXT_FULL", Where{"", "", "tokens"}, "at most " + std::to_string(st.capacity),
             std::to_string(p0 + T));
     std::vector<int64_t> tok(ids.begin(), ids.end());
+    const int64_t ties_before = st.index_ties + st.router_ties;
 
     // X = [E[tok]] × n streams
     Tensor e = be.alloc({T, D});
@@ -321,6 +323,7 @@ class Glm5Next final : public Model {
     }
     st.pos += T;
     st.history.insert(st.history.end(), ids.begin(), ids.end());
+    report_ties(st, ties_before);
 
     // Unweighted stream mean, then the final norm; this hidden also feeds the NextN layer (§4.13).
     ForwardResult r;
@@ -345,6 +348,7 @@ class Glm5Next final : public Model {
       raise("E_CONTEXT_FULL", Where{"", "", "draft tokens"},
             "at most " + std::to_string(st.draft.latent.dim(0)), std::to_string(p0 + T));
     std::vector<int64_t> tok(next_ids.begin(), next_ids.end());
+    const int64_t ties_before = st.index_ties + st.router_ties;
     // x = W_eh [RMSNorm(E[tok]; enorm) ; RMSNorm(h; hnorm)]   (embedding first)
     Tensor e = be.alloc({T, D}), hn = be.alloc({T, D}), cat = be.alloc({T, 2 * D});
     be.gather_rows(e, *embed_, tok);
@@ -366,6 +370,7 @@ class Glm5Next final : public Model {
     be.add(x, x, y);
     be.rms_norm(x, x, nextn_.head_norm, c_.eps, NormKind::Plain);
     st.draft_pos += T;
+    report_ties(st, ties_before);
     ForwardResult r;
     r.hidden = x;
     r.logits = be.alloc({T, c_.V});
@@ -374,6 +379,15 @@ class Glm5Next final : public Model {
   }
 
  private:
+  // An exact tie at a top-k cut (DSA indexer or expert router) makes the choice order-dependent
+  // (transformers' topk is unspecified there, ours keeps the lower index): say so once per sequence, on
+  // stderr.
+  static void report_ties(GlmState& st, int64_t before) {
+    if (before == 0 && st.index_ties + st.router_ties > 0)
+      std::fprintf(stderr, "bloomery: glm5_next top-k decided by an exact tie (indexer %lld, router %lld)\n",
+                   static_cast<long long>(st.index_ties), static_cast<long long>(st.router_ties));
+  }
+
   MhcSpec mhc_spec() const {
     MhcSpec s;
     s.n = static_cast<int>(c_.n);

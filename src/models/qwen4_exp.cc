@@ -2,6 +2,7 @@
 // n-grams, and the MTP draft layer. The math follows models.md §3 and transformers' modeling_qwen4_exp.py, in
 // order.
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -288,6 +289,7 @@ class Qwen4Exp final : public Model {
     const int64_t D = c_.D, n = c_.n;
     std::vector<int64_t> pos(T), tok(ids.begin(), ids.end());
     for (int64_t t = 0; t < T; ++t) pos[t] = p0 + t;
+    const int64_t ties_before = st.index_ties;
 
     // X = [E[tok]] × n streams
     Tensor e = be.alloc({T, D});
@@ -309,6 +311,7 @@ class Qwen4Exp final : public Model {
     }
     st.pos += T;
     st.history.insert(st.history.end(), ids.begin(), ids.end());
+    report_ties(st, ties_before);
 
     ForwardResult r;
     r.hidden = X;  // the multi-stream X before the final mixer is what the MTP layer reads (§3.13)
@@ -333,6 +336,7 @@ class Qwen4Exp final : public Model {
             std::to_string(p0 + T));
     std::vector<int64_t> tok(next_ids.begin(), next_ids.end()), pos(T);
     for (int64_t t = 0; t < T; ++t) pos[t] = p0 + t + 1;  // the draft predicts from position p+1
+    const int64_t ties_before = st.index_ties;
 
     // Eb = W_fc_e · RMSNorm1p(E[tok]);  X[s] = W_fc_h · RMSNorm1p(H; over all 4D)[s] + Eb
     Tensor e = be.alloc({T, D});
@@ -358,6 +362,7 @@ class Qwen4Exp final : public Model {
     y = moe(be, L.moe, u);
     be.hc_inject(X, y, inj);
     st.draft_pos += T;
+    report_ties(st, ties_before);
 
     ForwardResult r;
     r.hidden = X;
@@ -368,6 +373,15 @@ class Qwen4Exp final : public Model {
   }
 
  private:
+  // An exact score tie at the indexer's top-k cut makes the selection order-dependent (transformers' topk is
+  // unspecified there, ours keeps the lower block): say so once per sequence, on stderr.
+  static void report_ties(Qwen4State& st, int64_t before) {
+    if (before == 0 && st.index_ties > 0)
+      std::fprintf(stderr,
+                   "bloomery: qwen4_exp QSA indexer top-k decided by an exact score tie (%lld queries)\n",
+                   static_cast<long long>(st.index_ties));
+  }
+
   // ---- declarations ----
   void declare_hc(std::vector<TensorDecl>& d, const std::string& p, bool inject, bool optional) const {
     const int64_t nD = c_.n * c_.D;
