@@ -54,7 +54,8 @@ struct Loaded {
   std::unique_ptr<LoadedModel> lm;
   std::unique_ptr<Engine> engine;
   std::map<std::string, GoldenTensor> golden;
-  std::string skip;  // non-empty: the family has no model spec in this build
+  std::string skip;   // non-empty: the family has no model spec in this build
+  std::string error;  // non-empty: loading failed (every test of the folder fails with it)
 };
 
 // One load per folder for the whole run.
@@ -67,8 +68,10 @@ Loaded& load(const std::string& folder) {
   try {
     slot->lm = load_model(kFixtures / "models" / folder, *slot->backend);
   } catch (const Error& e) {
-    if (e.id() != "E_MODEL_TYPE_UNSUPPORTED") throw;
-    slot->skip = e.what();
+    (e.id() == "E_MODEL_TYPE_UNSUPPORTED" ? slot->skip : slot->error) = e.what();
+    return *slot;
+  } catch (const std::exception& e) {
+    slot->error = e.what();
     return *slot;
   }
   slot->engine = std::make_unique<Engine>(*slot->backend, *slot->lm->model);
@@ -89,13 +92,17 @@ class Golden : public ::testing::TestWithParam<std::string> {
       return nullptr;
     }
     Loaded& l = load(GetParam());
+    if (!l.error.empty()) {
+      error_ = "loading failed: " + l.error;
+      return nullptr;
+    }
     if (!l.skip.empty()) {
       skip_ = "no model spec for this family yet: " + l.skip;
       return nullptr;
     }
     return &l;
   }
-  std::string skip_;
+  std::string skip_, error_;
   int prompts(const Loaded& l) {
     int n = 0;
     while (l.golden.count("prompt" + std::to_string(n) + ".ids")) ++n;
@@ -105,6 +112,7 @@ class Golden : public ::testing::TestWithParam<std::string> {
 
 TEST_P(Golden, PromptLogits) {
   Loaded* l = setup();
+  if (!l && !error_.empty()) FAIL() << error_;
   if (!l) GTEST_SKIP() << skip_;
   const int n = prompts(*l);
   ASSERT_GT(n, 0) << "golden file has no prompts";
@@ -124,6 +132,7 @@ TEST_P(Golden, PromptLogits) {
 
 TEST_P(Golden, GreedyContinuation) {
   Loaded* l = setup();
+  if (!l && !error_.empty()) FAIL() << error_;
   if (!l) GTEST_SKIP() << skip_;
   const int64_t V = l->lm->model->info().vocab_size;
   for (int i = 0; i < prompts(*l); ++i) {
@@ -159,6 +168,7 @@ TEST_P(Golden, GreedyContinuation) {
 
 TEST_P(Golden, GreedyTokensIdentical) {
   Loaded* l = setup();
+  if (!l && !error_.empty()) FAIL() << error_;
   if (!l) GTEST_SKIP() << skip_;
   for (int i = 0; i < prompts(*l); ++i) {
     const std::string p = std::to_string(i);
@@ -181,6 +191,7 @@ TEST_P(Golden, GreedyTokensIdentical) {
 
 TEST_P(Golden, DraftLogits) {
   Loaded* l = setup();
+  if (!l && !error_.empty()) FAIL() << error_;
   if (!l) GTEST_SKIP() << skip_;
   const ModelInfo& info = l->lm->model->info();
   if (!l->golden.count("mtp0.logits")) GTEST_SKIP() << "golden file has no draft outputs";
@@ -215,6 +226,7 @@ TEST_P(Golden, DraftLogits) {
 
 TEST_P(Golden, ChunkedPromptAndStepsEqualFullPrompt) {
   Loaded* l = setup();
+  if (!l && !error_.empty()) FAIL() << error_;
   if (!l) GTEST_SKIP() << skip_;
   const int64_t V = l->lm->model->info().vocab_size;
   auto ids = ids_of(l->golden.at("prompt2.ids"));  // the long prompt
