@@ -103,3 +103,21 @@ test('flag errors come before any model read, with a suggestion', async () => {
   assert.equal(h.status, 0);
   assert.match(h.stdout, /--ctx-size/);
 });
+
+test('flags from the environment: --chat-template-file and -np via BLOOMERY_ARG_*', async () => {
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const dir = mkdtempSync(`${tmpdir()}/bloomery-e2e-`);
+  const tpl = `${dir}/plain.jinja`;
+  writeFileSync(tpl, "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}[assistant] ");
+  const server = await startServer({ env: { BLOOMERY_ARG_CHAT_TEMPLATE_FILE: tpl, BLOOMERY_ARG_PARALLEL: '3' } });
+  try {
+    const t = await postJson(`${server.url}/apply-template`, { messages: [{ role: 'developer', content: 'be brief' }, { role: 'user', content: 'hi' }] });
+    assert.equal(t.body.prompt, '[system] be brief\n[user] hi\n[assistant] ');
+    const props = await getJson(`${server.url}/props`);
+    assert.equal(props.body.total_slots, 3);
+    assert.match(server.output(), /--parallel from BLOOMERY_ARG_PARALLEL/);
+  } finally {
+    await server.stop();
+  }
+});
