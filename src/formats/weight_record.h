@@ -35,6 +35,9 @@ struct WeightRecord {
   const TensorEntry* input_scale = nullptr;   // input_scale / input_global_scale (kept, unused by W4A16)
   const TensorEntry* csf_fixed = nullptr;     // nvfp4_csf fixed stream (scale_encoding NvFp4Csf)
   const TensorEntry* csf_exceptions = nullptr;  // nvfp4_csf exception words
+  // A split NVFP4 table (PLE, fixtures' convention "shard_{j}.weight_scale"): one block scale per `main`
+  // shard, in the same order; block_scale is then null and global_scale is the table-wide weight_scale_2.
+  std::vector<const TensorEntry*> block_scale_shards;
 
   int block_n = 0;  // FP8_BLOCK tile rows (e.g. 128 or 32); 0 otherwise
   int block_k = 0;  // FP8_BLOCK tile columns

@@ -37,6 +37,7 @@ nlohmann::json record_dtypes_json(const WeightRecord& r) {
     if (t) d[key] = std::string(dtype_name(t->dtype));
   };
   part("block_scale", r.block_scale);
+  if (!r.block_scale_shards.empty()) part("block_scale", r.block_scale_shards.front());
   part("csf_fixed", r.csf_fixed);
   part("csf_exceptions", r.csf_exceptions);
   part("global_scale", r.global_scale);
@@ -47,6 +48,7 @@ nlohmann::json record_dtypes_json(const WeightRecord& r) {
 std::vector<std::string> record_tensor_names(const WeightRecord& r) {
   std::vector<std::string> out;
   for (const TensorEntry* t : r.main) out.push_back(t->name);
+  for (const TensorEntry* t : r.block_scale_shards) out.push_back(t->name);
   for (const TensorEntry* t : {r.block_scale, r.csf_fixed, r.csf_exceptions, r.global_scale, r.input_scale})
     if (t) out.push_back(t->name);
   return out;

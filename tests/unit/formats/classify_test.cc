@@ -70,6 +70,7 @@ std::unique_ptr<Result> run(const Fake& f, const QuantPlan& plan, ClassifyOption
   std::map<const TensorEntry*, int> uses;
   for (const auto& rec : r->records) {
     for (const TensorEntry* t : rec.main) uses[t]++;
+    for (const TensorEntry* t : rec.block_scale_shards) uses[t]++;
     for (const TensorEntry* t :
          {rec.block_scale, rec.global_scale, rec.input_scale, rec.csf_fixed, rec.csf_exceptions})
       if (t) uses[t]++;
@@ -261,6 +262,33 @@ TEST(Classify, PleTableIsOneRecordInNumericShardOrder) {
   Fake bf = ple(DType::BF16, 3, 5, 5);
   auto b = run(bf, {});
   EXPECT_EQ(b->at(kTable + ".weight").format, FormatId::BF16);
+}
+
+TEST(Classify, Nvfp4PleTableWithPerShardScales) {
+  Fake f;
+  for (int j = 0; j < 3; ++j) {
+    f.add(kTable + ".shard_" + std::to_string(j) + ".weight", DType::U8, {j == 2 ? 2u : 4u, 8});
+    f.add(kTable + ".shard_" + std::to_string(j) + ".weight_scale", DType::F8_E4M3, {j == 2 ? 2u : 4u, 1});
+  }
+  f.add(kTable + ".weight_scale_2", DType::F32, {});
+  EXPECT_EQ(error_of(f), "E_Q_UNRECOGNISED");  // default: refused until the decoder reads per-shard scales
+  ClassifyOptions opt;
+  opt.nvfp4_ple_shards = true;
+  auto r = run(f, {}, opt);
+  const auto& t = r->at(kTable + ".weight");
+  EXPECT_EQ(t.format, FormatId::W4A16_NVFP4);
+  EXPECT_EQ(t.shape, (std::vector<uint64_t>{10, 16}));
+  ASSERT_EQ(t.block_scale_shards.size(), 3u);
+  EXPECT_EQ(t.block_scale_shards[2]->name, kTable + ".shard_2.weight_scale");
+  Fake no_scale = f;
+  no_scale.remove(kTable + ".shard_1.weight_scale");
+  EXPECT_EQ(error_of(no_scale, {}, opt), "E_PLE_SCALE_MISSING");
+  Fake no_global = f;
+  no_global.remove(kTable + ".weight_scale_2");
+  EXPECT_EQ(error_of(no_global, {}, opt), "E_PLE_SCALE_MISSING");
+  Fake bad = f;
+  bad.get(kTable + ".shard_0.weight_scale").shape = {4, 2};
+  EXPECT_EQ(error_of(bad, {}, opt), "E_NVFP4_SCALE_SHAPE");
 }
 
 TEST(Classify, DenseParamsBuffersAndKvScales) {
