@@ -283,19 +283,16 @@ void check_plan_keys_used(const std::vector<WeightRecord>& records, const QuantP
     for (const auto& target : rule.targets) {
       if (target.kind != PatternKind::Prefix && target.kind != PatternKind::Exact) continue;
       // A key may be written with the other language-model prefix (§4.4); try both spellings.
-      std::vector<std::string> spellings{target.text};
+      std::vector<ModulePattern> spellings{target};
       const std::string lm = "model.language_model.";
+      spellings.push_back(target);
       if (starts_with(target.text, lm))
-        spellings.push_back("model." + target.text.substr(lm.size()));
+        spellings.back().text = "model." + target.text.substr(lm.size());
       else if (starts_with(target.text, "model."))
-        spellings.push_back(lm + target.text.substr(6));
+        spellings.back().text = lm + target.text.substr(6);
       bool used = false;
       for (const auto& r : records) {
-        for (const auto& sp : spellings) {
-          ModulePattern p = target;
-          p.text = sp;
-          if (p.matches(r.module, true)) used = true;
-        }
+        for (const auto& p : spellings) used = used || p.matches(r.module, true);
         if (used) break;
       }
       if (!used)
