@@ -228,7 +228,7 @@ const std::vector<Flag>& flag_table() {
        "512",
        "most prompt tokens of one sequence in one forward",
        [](O& o, auto& f, auto& v) { o.ubatch_size = to_int(f, v, 1, int64_t{1} << 24); }},
-      {{"-n", "--predict", "--n-predict"},
+      {{"-n", "--n-predict", "--predict"},
        {},
        "LLAMA_ARG_N_PREDICT",
        Kind::Value,

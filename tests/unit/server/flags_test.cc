@@ -109,6 +109,8 @@ TEST(Flags, EnvironmentFillsAndCommandLineWins) {
             (std::vector<std::string>{"k1", "k2"}));
   EXPECT_NE(error_of({"-m", "/x"}, {{"BLOOMERY_ARG_METRICS", "maybe"}}).find("BLOOMERY_ARG_METRICS"),
             std::string::npos);
+  EXPECT_EQ(parse({"-m", "/x"}, {{"BLOOMERY_ARG_N_PREDICT", "12"}}).n_predict, 12);
+  EXPECT_EQ(parse({"-m", "/x"}, {{"LLAMA_ARG_N_PREDICT", "13"}}).n_predict, 13);
   EXPECT_EQ(env_names_for("ctx-size"),
             (std::vector<std::string>{"BLOOMERY_ARG_CTX_SIZE", "LLAMA_ARG_CTX_SIZE"}));
 }
