@@ -26,9 +26,9 @@ struct ClassifyOptions {
   std::function<std::vector<uint8_t>(const TensorEntry&)> read;
   // NVFP4 PLE tables stored as per-shard "shard_{j}.weight" + "shard_{j}.weight_scale" with a table-wide
   // "weight_scale_2" (the repository fixtures' convention; §7 has no verified names) become one record with
-  // block_scale_shards. Off by default until decode_weight reads block_scale_shards: then such a table is
-  // refused with E_Q_UNRECOGNISED naming the PLE table.
-  bool nvfp4_ple_shards = false;
+  // block_scale_shards, which decode_weight reads shard by shard. False refuses such tables
+  // (E_Q_UNRECOGNISED).
+  bool nvfp4_ple_shards = true;
   // The file a tensor lives in, for messages. Empty: messages name the tensor only.
   std::function<std::string(const TensorEntry&)> file_of;
 };

@@ -27,12 +27,13 @@ uint64_t shard_rows(const TensorEntry& t) {
   return t.shape.empty() ? 1 : t.shape[0];
 }
 
-// Reads rows [r0, r1) of the (possibly split) main tensor: shards in order, each holding consecutive rows.
-void read_main_rows(const TensorSource& src, const WeightRecord& rec, uint64_t row_bytes, uint64_t r0,
-                    uint64_t r1, uint8_t* dst) {
+// Reads rows [r0, r1) of a (possibly split) part: `parts` are shards in order, each holding consecutive rows
+// of `row_bytes` (the main tensor of a split table, or its per-shard block scales).
+void read_split_rows(const TensorSource& src, const std::vector<const TensorEntry*>& parts,
+                     uint64_t total_rows, uint64_t row_bytes, uint64_t r0, uint64_t r1, uint8_t* dst) {
   uint64_t first = 0;  // global row index of the current shard's first row
-  for (const TensorEntry* t : rec.main) {
-    const uint64_t n = rec.main.size() == 1 ? rec.rows() : shard_rows(*t);
+  for (const TensorEntry* t : parts) {
+    const uint64_t n = parts.size() == 1 ? total_rows : shard_rows(*t);
     const uint64_t lo = std::max(r0, first), hi = std::min(r1, first + n);
     if (lo < hi) {
       src.read(*t, (lo - first) * row_bytes, (hi - lo) * row_bytes, dst);
@@ -92,6 +93,12 @@ LoadedWeight load_weight_rows(const TensorSource& src, const WeightRecord& rec, 
     whole.scale_dtype = DType::F8_E4M3;
   } else if (rec.block_scale) {
     whole.scale_dtype = rec.block_scale->dtype;
+  } else if (!rec.block_scale_shards.empty()) {
+    whole.scale_dtype = rec.block_scale_shards[0]->dtype;
+    for (const TensorEntry* t : rec.block_scale_shards)
+      if (t->dtype != whole.scale_dtype)
+        raise("E_PLE_DTYPE_MIXED", with_field(where, t->name), std::string(dtype_name(whole.scale_dtype)),
+              std::string(dtype_name(t->dtype)));
   }
   if (rec.global_scale) whole.global_dtype = rec.global_scale->dtype;
   if (rec.input_scale) whole.input_dtype = rec.input_scale->dtype;
@@ -103,11 +110,13 @@ LoadedWeight load_weight_rows(const TensorSource& src, const WeightRecord& rec, 
                                              : "E_Q_MISSING_COMPANION";
     raise(id, with_field(where, "global scale"), "a global scale tensor", "none");
   }
-  if (want.block_scale && !rec.block_scale && !csf_coded)
+  const bool split_scales = !rec.block_scale_shards.empty();
+  if (want.block_scale && !rec.block_scale && !csf_coded && !split_scales)
     raise("E_Q_MISSING_COMPANION", with_field(where, "weight_scale"), "a block scale tensor", "none");
   PartSizes stored;
   for (const TensorEntry* t : rec.main) stored.main += t->nbytes;
   stored.block_scale = csf_coded ? want.block_scale : rec.block_scale ? rec.block_scale->nbytes : 0;
+  for (const TensorEntry* t : rec.block_scale_shards) stored.block_scale += t->nbytes;
   stored.global_scale = rec.global_scale ? rec.global_scale->nbytes : 0;
   check_part_sizes(whole, stored, where);
   if (rec.main.size() > 1) {  // a split table: every shard holds whole rows, in order
@@ -120,6 +129,13 @@ LoadedWeight load_weight_rows(const TensorSource& src, const WeightRecord& rec, 
     }
     if (total != R)
       raise("E_PLE_ROWS", where, fmt::format("{} rows over the shards", R), std::to_string(total));
+    for (size_t i = 0; i < rec.block_scale_shards.size(); ++i) {
+      const TensorEntry* s = rec.block_scale_shards[i];
+      if (i >= rec.main.size() || s->nbytes != shard_rows(*rec.main[i]) * want.block_scale_row)
+        raise("E_PLE_SHARD_SHAPE", with_field(where, s->name),
+              fmt::format("the scales of its shard's rows ({} bytes each)", want.block_scale_row),
+              fmt::format("{} bytes", s->nbytes));
+    }
   }
   if (csf_coded) csf::check_geometry(R, K / 16, rec.csf_fixed->shape, with_field(where, rec.csf_fixed->name));
 
@@ -130,7 +146,7 @@ LoadedWeight load_weight_rows(const TensorSource& src, const WeightRecord& rec, 
   LoadedWeight lw;
   lw.first_row = row0 - ws;
   lw.main.resize(wrows * want.main_row);
-  read_main_rows(src, rec, want.main_row, ws, we, lw.main.data());
+  read_split_rows(src, rec.main, R, want.main_row, ws, we, lw.main.data());
 
   if (csf_coded) {
     const uint64_t C = K / 16, sb = csf::slab_bytes(C);
@@ -143,6 +159,9 @@ LoadedWeight load_weight_rows(const TensorSource& src, const WeightRecord& rec, 
     csf::decode_slabs(slabs, s0, exc, R, C, scales.data(), cw);
     const uint64_t skip = (ws - s0 * csf::kSlabRows) * C;
     lw.block_scale.assign(scales.begin() + skip, scales.begin() + skip + wrows * C);
+  } else if (want.block_scale && split_scales) {
+    lw.block_scale.resize(wrows * want.block_scale_row);
+    read_split_rows(src, rec.block_scale_shards, R, want.block_scale_row, ws, we, lw.block_scale.data());
   } else if (want.block_scale) {
     const uint64_t g0 = f == FormatId::FP8_BLOCK ? ws / rec.block_n : ws;
     const uint64_t g1 = f == FormatId::FP8_BLOCK ? ceil_div(we, rec.block_n) : we;

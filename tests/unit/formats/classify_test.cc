@@ -271,9 +271,10 @@ TEST(Classify, Nvfp4PleTableWithPerShardScales) {
     f.add(kTable + ".shard_" + std::to_string(j) + ".weight_scale", DType::F8_E4M3, {j == 2 ? 2u : 4u, 1});
   }
   f.add(kTable + ".weight_scale_2", DType::F32, {});
-  EXPECT_EQ(error_of(f), "E_Q_UNRECOGNISED");  // default: refused until the decoder reads per-shard scales
-  ClassifyOptions opt;
-  opt.nvfp4_ple_shards = true;
+  ClassifyOptions refuse;
+  refuse.nvfp4_ple_shards = false;
+  EXPECT_EQ(error_of(f, {}, refuse), "E_Q_UNRECOGNISED");
+  ClassifyOptions opt;  // default: accepted, decode_weight reads the per-shard scales
   auto r = run(f, {}, opt);
   const auto& t = r->at(kTable + ".weight");
   EXPECT_EQ(t.format, FormatId::W4A16_NVFP4);
