@@ -47,10 +47,12 @@ int main(int argc, char** argv) {
   }
   using clock = std::chrono::steady_clock;
   auto t0 = clock::now();
+  double c0 = cpu_seconds();
   auto tok = bloomery::Tokenizer::from_folder(folder);
   double load_s = std::chrono::duration<double>(clock::now() - t0).count();
-  std::printf("load: %.3f s (%s)\ntext: %.1f MiB of %s, %zu paragraphs\n", load_s, folder.c_str(),
-              text.size() / double(1 << 20), corpus.filename().c_str(), paragraphs.size());
+  double load_cpu = cpu_seconds() - c0;
+  std::printf("load: %.3f s CPU, %.3f s wall (%s)\ntext: %.1f MiB of %s, %zu paragraphs\n", load_cpu, load_s,
+              folder.c_str(), text.size() / double(1 << 20), corpus.filename().c_str(), paragraphs.size());
   size_t tokens = 0;
   for (int round = 0; round < 4; ++round) {
     auto a = clock::now();

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <iterator>
 #include <string>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -106,6 +107,23 @@ TEST(Qwen3Golden, EdgeCases) {
 
 TEST(Qwen3Golden, RandomMixedStrings) {
   check_entries(qwen3(), goldens()["random"], "random");
+}
+
+// One tokenizer shared by threads (the server's case): every thread gets the golden ids.
+TEST(Qwen3Golden, ThreadsShareOneTokenizer) {
+  Tokenizer fresh = Tokenizer::from_folder(qwen3_dir());  // empty word cache: the threads fill it together
+  std::vector<size_t> bad(4, 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < bad.size(); ++t)
+    threads.emplace_back([&, t] {
+      const auto& entries = goldens()["random"];
+      for (size_t i = 0; i < entries.size(); ++i) {
+        const auto& e = entries[(i + t * 97) % entries.size()];
+        if (fresh.encode(e["text"].get<std::string>()) != e["special"].get<std::vector<int32_t>>()) ++bad[t];
+      }
+    });
+  for (auto& th : threads) th.join();
+  for (size_t t = 0; t < bad.size(); ++t) EXPECT_EQ(bad[t], 0u) << "thread " << t;
 }
 
 // The same tokenizer.json with extra added tokens (lstrip, rstrip, single_word, normalized, overlapping a
