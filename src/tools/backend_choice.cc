@@ -1,0 +1,66 @@
+// Backend selection for the CLI tools: which backends this binary has, and which families each can run.
+#include "tools/backend_choice.h"
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#ifdef BLOOMERY_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#endif
+
+namespace bloomery::tools {
+
+bool cuda_built() {
+#ifdef BLOOMERY_HAVE_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+  if (name == "cpu") return make_cpu_backend(threads);
+#ifdef BLOOMERY_HAVE_CUDA
+  if (name == "cuda") return make_cuda_backend(0);
+#endif
+  raise("E_BACKEND_UNAVAILABLE", Where{"", "", "--backend"},
+        cuda_built() ? "cpu or cuda" : "cpu (this binary was built without CUDA)", name);
+}
+
+std::vector<std::string> missing_family_ops(const std::string& backend, const std::string& model_type) {
+  if (backend != "cuda") return {};
+  // The CUDA backend implements every generic op of backend.h but none of family_ops.h yet (they keep
+  // FamilyOps' E_BACKEND_UNSUPPORTED default). Keep this table in step with backend/cuda when they land.
+  if (model_type.find("qwen4_exp") != std::string::npos)
+    return {"qsa_index_append", "qsa_index_select", "ple_gate", "hc_read_mix", "hc_inject"};
+  if (model_type.find("glm5_next") != std::string::npos)
+    return {"kda_gate", "kda_rule", "dsa_index_append", "dsa_index_select",  "mla_attention",
+            "mhc_pre",  "mhc_post", "stream_mean",      "route_sigmoid_topk"};
+  return {};
+}
+
+void check_backend_runs(const std::string& backend, const std::filesystem::path& folder) {
+  if (backend != "cuda") return;
+  std::filesystem::path cfg = folder / "config.json";
+  if (!std::filesystem::exists(cfg)) cfg = folder / "metadata" / "config.json";
+  std::ifstream f(cfg);
+  if (!f) return;
+  nlohmann::json j = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object()) return;
+  std::string type = j.value("model_type", std::string());
+  if (j.contains("text_config") && j["text_config"].is_object())
+    type += " " + j["text_config"].value("model_type", std::string());
+  const std::vector<std::string> missing = missing_family_ops(backend, type);
+  if (missing.empty()) return;
+  std::string list;
+  for (const auto& op : missing) list += (list.empty() ? "" : ", ") + op;
+  raise("E_BACKEND_UNSUPPORTED", Where{cfg.string(), "", "model_type"},
+        "a family whose ops the cuda backend implements (qwen3_next)",
+        type + " (the cuda backend lacks the family ops " + list + ")",
+        "run it with --backend cpu until those ops exist on CUDA");
+}
+
+}  // namespace bloomery::tools
