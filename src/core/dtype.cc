@@ -44,7 +44,9 @@ constexpr bool rows_follow_enum() {
 }
 static_assert(rows_follow_enum(), "kRows must list DType values in enum order");
 
-const DTypeRow& row(DType t) { return kRows[static_cast<size_t>(t)]; }
+const DTypeRow& row(DType t) {
+  return kRows[static_cast<size_t>(t)];
+}
 
 }  // namespace
 
@@ -54,9 +56,13 @@ std::optional<DType> dtype_from_string(std::string_view s) {
   return std::nullopt;
 }
 
-std::string_view dtype_name(DType t) { return row(t).name; }
+std::string_view dtype_name(DType t) {
+  return row(t).name;
+}
 
-int dtype_bits(DType t) { return row(t).bits; }
+int dtype_bits(DType t) {
+  return row(t).bits;
+}
 
 std::optional<uint64_t> dtype_bytes_for(DType t, uint64_t numel) {
   const unsigned __int128 total_bits = static_cast<unsigned __int128>(numel) * dtype_bits(t);

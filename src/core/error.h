@@ -1,4 +1,5 @@
-// Named errors and warnings: every refusal says what (E_ id), where (file, tensor or field), expected and found.
+// Named errors and warnings: every refusal says what (E_ id), where (file, tensor or field), expected and
+// found.
 #pragma once
 
 #include <map>
@@ -45,7 +46,8 @@ class Error : public std::runtime_error {
 
 [[noreturn]] inline void raise(std::string id, Where where, std::string expected, std::string found,
                                std::string note = {}) {
-  throw Error(ErrorInfo{std::move(id), std::move(where), std::move(expected), std::move(found), std::move(note)});
+  throw Error(
+      ErrorInfo{std::move(id), std::move(where), std::move(expected), std::move(found), std::move(note)});
 }
 
 // Warnings (W_ ids) are collected per folder and reported once with a count, so a checkpoint with

@@ -49,7 +49,8 @@ File& File::operator=(File&& other) noexcept {
 
 void File::read(uint64_t offset, uint64_t len, void* dst) const {
   if (offset > size_ || len > size_ - offset)
-    raise("E_IO_READ", {path_.string(), {}, {}}, "a range inside the file's " + std::to_string(size_) + " bytes",
+    raise("E_IO_READ", {path_.string(), {}, {}},
+          "a range inside the file's " + std::to_string(size_) + " bytes",
           "bytes [" + std::to_string(offset) + ", " + std::to_string(offset + len) + ")");
   auto* p = static_cast<char*>(dst);
   while (len > 0) {
@@ -60,8 +61,8 @@ void File::read(uint64_t offset, uint64_t len, void* dst) const {
             std::strerror(errno));
     }
     if (n == 0)
-      raise("E_IO_READ", {path_.string(), {}, {}}, std::to_string(len) + " more bytes at offset " + std::to_string(offset),
-            "end of file");
+      raise("E_IO_READ", {path_.string(), {}, {}},
+            std::to_string(len) + " more bytes at offset " + std::to_string(offset), "end of file");
     p += n;
     offset += static_cast<uint64_t>(n);
     len -= static_cast<uint64_t>(n);

@@ -19,7 +19,8 @@ namespace {
 
 void print_usage(FILE* out) {
   auto commands = command_registry();
-  std::sort(commands.begin(), commands.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
+  std::sort(commands.begin(), commands.end(),
+            [](const Command& a, const Command& b) { return a.name < b.name; });
   std::fprintf(out, "usage: bloomery <command> [options]\n\ncommands:\n");
   for (const auto& c : commands) std::fprintf(out, "  %-10s %s\n", c.name.c_str(), c.summary.c_str());
   std::fprintf(out, "\n'bloomery <command> --help' shows a command's options.\n");

@@ -38,9 +38,10 @@ TEST(Error, MessageNamesEveryPart) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.id(), "E_ST_SIZE_MISMATCH");
-    EXPECT_STREQ(e.what(),
-                 "E_ST_SIZE_MISMATCH: model.safetensors: tensor 'a.weight': field 'data_offsets': expected 32 "
-                 "bytes, found 30 bytes");
+    EXPECT_STREQ(
+        e.what(),
+        "E_ST_SIZE_MISMATCH: model.safetensors: tensor 'a.weight': field 'data_offsets': expected 32 "
+        "bytes, found 30 bytes");
   }
 }
 
