@@ -224,4 +224,9 @@ class Backend : public virtual FamilyOps {
   raise("E_BACKEND_SHAPE", Where{"", "", std::string(op)}, std::move(expected), std::move(found));
 }
 
+// Refuses with E_BACKEND_SHAPE unless `ok`: the one argument check every backend's ops share.
+inline void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
+  if (!ok) backend_shape_error(op, expected, found);
+}
+
 }  // namespace bloomery

@@ -73,11 +73,6 @@ class CpuBackend final : private PoolHolder, public Backend, public CpuFamilyOps
                         const Tensor& beta, Tensor& state, bool l2norm_qk, bool chunked) override;
 };
 
-// Refuses with E_BACKEND_SHAPE unless `ok`.
-inline void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
-  if (!ok) backend_shape_error(op, expected, found);
-}
-
 // Scalar activation functions shared by the CPU ops (f32, as torch computes them).
 float act_apply(Act act, float x);
 

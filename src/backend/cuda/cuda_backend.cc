@@ -12,10 +12,6 @@ namespace bloomery::cuda {
 
 namespace {
 
-void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
-  if (!ok) backend_shape_error(op, expected, found);
-}
-
 void same_numel(std::string_view op, const Tensor& a, const Tensor& b) {
   need(a.numel() == b.numel(), op, a.shape_str() + " elements", b.shape_str());
 }

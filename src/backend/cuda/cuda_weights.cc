@@ -18,10 +18,6 @@ namespace {
 // Dense weights up to this many elements also keep an f32 copy (norms, conv kernels, A_log, biases).
 constexpr int64_t kDenseCopyMax = 262144;
 
-void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
-  if (!ok) backend_shape_error(op, expected, found);
-}
-
 std::shared_ptr<void> device_bytes(const void* host, size_t bytes, const std::string& what) {
   void* p = nullptr;
   BLOOMERY_CUDA_CHECK(cudaMalloc(&p, bytes + 16), "upload " + what);
