@@ -97,6 +97,23 @@ class Model {
   virtual ForwardResult forward(Backend& backend, SequenceState& state, std::span<const int32_t> ids,
                                 bool all_logits) = 0;
 
+  // Several sequences in ONE pass: each entry is a prompt chunk or a decode token of its own sequence.
+  // Token-wise work (projections, experts, norms) runs over the rows of all entries together, so several
+  // decoding slots or an MTP verify share one read of every weight; the token mixers (attention, GDN, conv,
+  // PLE context) run per entry on that entry's state. Results are in entry order and equal forward() per
+  // entry. Default: forward() entry after entry (a family overrides it with the batched pass).
+  struct BatchEntry {
+    SequenceState* state = nullptr;
+    std::span<const int32_t> ids;
+    bool all_logits = false;
+  };
+  virtual std::vector<ForwardResult> forward_batch(Backend& backend, std::span<const BatchEntry> entries) {
+    std::vector<ForwardResult> out;
+    out.reserve(entries.size());
+    for (const BatchEntry& e : entries) out.push_back(forward(backend, *e.state, e.ids, e.all_logits));
+    return out;
+  }
+
   // Draft layer (MTP / NextN): hidden[T, draft_hidden_size] are the target's hiddens at positions
   // p … p+T−1 (p = state.draft_pos) and next_ids the tokens at p+1 … p+T. Runs the draft layer at positions
   // p+1 … p+T with its own cache (advancing draft_pos) and returns its logits (all rows) and its output

@@ -1,6 +1,7 @@
 // The CUDA backend: the generic ops of backend.h on device memory, weights kept on the card in their stored
 // formats (NVFP4 nibbles + E4M3 scales + f32 global, MXFP8 bytes + E8M0, FP8 blocks with an f32 grid, BF16).
-// Family ops (QSA, PLE, hyper-connections, KDA, MLA/DSA, mHC) keep FamilyOps' E_BACKEND_UNSUPPORTED default.
+// Family ops: the qwen4_exp ones are in family/qwen4_ops.cc; glm5_next's (KDA, MLA/DSA, mHC, sigmoid
+// router) keep FamilyOps' E_BACKEND_UNSUPPORTED default until tensor parallel brings that family to the card.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -89,6 +90,15 @@ class CudaBackend final : public Backend {
   void gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor& state, bool l2norm_qk, bool chunked) override;
 
+  // qwen4_exp family ops (family/qwen4_ops.cc).
+  void hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) override;
+  void hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) override;
+  void ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const Tensor& v) override;
+  void qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kraw, int64_t pos0, const Weight& k_norm,
+                        const QsaIndexSpec& spec) override;
+  int64_t qsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& blocks, int64_t q0,
+                           const QsaIndexSpec& spec) override;
+
   // A weight from stored bytes already validated by the format layer (load_weight's upload step; tests).
   Weight upload_stored(const std::string& name, std::vector<int64_t> shape, const WeightBytes& stored);
 
@@ -98,6 +108,8 @@ class CudaBackend final : public Backend {
  private:
   // Copies a host array into this call's scratch region `slot` (0..3) and returns the device pointer.
   void* stage(int slot, const void* host, size_t bytes);
+  // gather_rows on a streamed (host-resident) table (cuda_host_table.cc).
+  void gather_streamed(Tensor& out, const Weight& table, std::span<const int64_t> ids);
   // Builds a Weight around a CudaWeight (adds the f32 dense copy of small dense weights).
   Weight wrap(std::string name, std::vector<int64_t> shape, std::shared_ptr<CudaWeight> cw);
   // y = x · W[row0 : row0 + n]ᵀ on raw pointers (GEMV for few rows, tiled GEMM for many).

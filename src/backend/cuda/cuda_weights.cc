@@ -37,13 +37,6 @@ bool is_e8m0_bytes(DType t) {
   return t == DType::U8 || t == DType::F8_E8M0;
 }
 
-// Row reader of a streamed table (as on the CPU): rows are decoded on the host and uploaded per gather.
-struct StreamedTable {
-  const TensorSource* source = nullptr;
-  WeightRecord record;
-  mutable Warnings warnings;
-};
-
 }  // namespace
 
 const DeviceWeight& device_weight(const Weight& w, std::string_view op) {
@@ -162,52 +155,6 @@ Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> 
   return wrap(name, std::move(shape), std::move(cw));
 }
 
-Weight CudaBackend::stream_weight(const TensorSource& source, const WeightRecord& record,
-                                  Warnings& warnings) {
-  auto st = std::make_shared<StreamedTable>();
-  st->source = &source;
-  st->record = record;
-  if (record.rows() > 0) (void)load_weight_rows(source, record, 0, 1, warnings);  // refuse a bad table now
-  std::vector<int64_t> shape(record.shape.begin(), record.shape.end());
-  return make_weight(record.name, std::move(shape), Tensor(), true, st);
-}
-
-// ---- matmul ----------------------------------------------------------------------------------------------
-
-void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0,
-                         int64_t n) {
-  const int64_t K = static_cast<int64_t>(dw.cols);
-  // Few rows: GEMV passes of up to 8 rows each (memory-bound, the weight read once per pass). Many: tiled
-  // GEMM.
-  constexpr int64_t kGemvUpTo = 32;
-  if (T <= kGemvUpTo) {
-    for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxRows) {
-      const int rows = static_cast<int>(std::min<int64_t>(kGemvMaxRows, T - t0));
-      gemv(dw, row0, n, x + t0 * K, rows, y + t0 * n, stream_);
-    }
-  } else {
-    gemm(dw, row0, n, x, T, y, stream_);
-  }
-}
-
-void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
-  const DeviceWeight& dw = device_weight(w, "matmul");
-  const int64_t K = w.cols(), T = x.rows();
-  need(static_cast<int64_t>(dw.cols) == K && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
-       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
-  need(x.cols() == K, "matmul", "x [T, " + std::to_string(K) + "] for " + w.name(), x.shape_str());
-  need(row0 >= 0 && n >= 0 && row0 + n <= w.rows(), "matmul", "rows within " + shape_string(w.shape()),
-       std::to_string(row0) + "+" + std::to_string(n));
-  need(out.numel() == T * n, "matmul",
-       "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
-       out.shape_str());
-  linear(out.f32(), x.f32(), T, dw, row0, n);
-}
-
-void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {
-  matmul_rows(out, x, w, 0, w.rows());
-}
-
 void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) {
   const int64_t D = table.cols();
   need(out.rows() == static_cast<int64_t>(ids.size()) && out.cols() == D, "gather_rows",
@@ -224,75 +171,7 @@ void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const 
     cuda::gather_rows(dw, d_ids, static_cast<int64_t>(ids.size()), out.f32(), stream_);
     return;
   }
-  const auto* st = static_cast<const StreamedTable*>(table.impl().get());
-  std::vector<float> rows(ids.size() * D);
-  for (size_t i = 0; i < ids.size(); ++i)
-    decode_weight_rows(*st->source, st->record, ids[i], 1, rows.data() + i * D, st->warnings);
-  BLOOMERY_CUDA_CHECK(cudaMemcpy(out.f32(), rows.data(), rows.size() * 4, cudaMemcpyHostToDevice),
-                      "gather_rows (streamed) " + table.name());
-}
-
-// ---- routed experts --------------------------------------------------------------------------------------
-
-void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
-                              std::span<const ExpertWeights> experts, float swiglu_limit) {
-  const int64_t T = x.rows(), D = x.cols(), k = ids.cols();
-  need(ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
-       "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());
-  // The routing decides which weights to read: bring the ids to the host and group tokens per expert.
-  std::vector<int32_t> h_ids(static_cast<size_t>(T * k));
-  BLOOMERY_CUDA_CHECK(cudaMemcpy(h_ids.data(), ids.i32(), h_ids.size() * 4, cudaMemcpyDeviceToHost),
-                      "moe_experts ids " + ids.shape_str());
-  const int64_t E = static_cast<int64_t>(experts.size());
-  std::vector<std::vector<int32_t>> rows(E), slots(E);
-  for (int64_t i = 0; i < T * k; ++i) {
-    const int32_t e = h_ids[i];
-    need(e >= 0 && e < E && experts[e].gate && experts[e].up && experts[e].down, "moe_experts",
-         "a loaded expert below " + std::to_string(E), std::to_string(e));
-    rows[e].push_back(static_cast<int32_t>(i / k));
-    slots[e].push_back(static_cast<int32_t>(i));
-  }
-  // One upload of every expert's (row, slot) lists, laid out expert after expert.
-  std::vector<int32_t> lists;
-  std::vector<int64_t> at(E, 0);
-  for (int64_t e = 0; e < E; ++e) {
-    if (rows[e].empty()) continue;
-    at[e] = static_cast<int64_t>(lists.size());
-    lists.insert(lists.end(), rows[e].begin(), rows[e].end());
-    lists.insert(lists.end(), slots[e].begin(), slots[e].end());
-  }
-  const auto* d_lists = static_cast<const int32_t*>(stage(0, lists.data(), lists.size() * 4));
-  int64_t I = 0, max_count = 0;
-  for (int64_t e = 0; e < E; ++e)
-    if (!rows[e].empty()) {
-      const ExpertWeights& ew = experts[e];
-      need(ew.gate->cols() == D && ew.up->rows() == ew.gate->rows() && ew.down->rows() == D &&
-               ew.down->cols() == ew.gate->rows(),
-           "moe_experts", "gate/up [I, " + std::to_string(D) + "], down [" + std::to_string(D) + ", I]",
-           ew.gate->name() + " " + shape_string(ew.gate->shape()));
-      I = std::max<int64_t>(I, ew.gate->rows());
-      max_count = std::max<int64_t>(max_count, static_cast<int64_t>(rows[e].size()));
-    }
-  cuda::fill(out.f32(), out.numel(), 0.0f, stream_);
-  if (max_count == 0) return;
-  // Scratch: xs [c, D], gate [c, I], up [c, I], ys [c, D].
-  float* base =
-      static_cast<float*>(scratch_[1].get(static_cast<size_t>(max_count * (2 * D + 2 * I)) * 4 + 64));
-  float *xs = base, *g = xs + max_count * D, *u = g + max_count * I, *ys = u + max_count * I;
-  for (int64_t e = 0; e < E; ++e) {
-    const int64_t c = static_cast<int64_t>(rows[e].size());
-    if (c == 0) continue;
-    const ExpertWeights& ew = experts[e];
-    const int64_t Ie = ew.gate->rows();
-    const int32_t* d_rows = d_lists + at[e];
-    const int32_t* d_slots = d_rows + c;
-    gather_tokens(xs, x.f32(), d_rows, c, D, stream_);
-    linear(g, xs, c, device_weight(*ew.gate, "moe_experts"), 0, Ie);
-    linear(u, xs, c, device_weight(*ew.up, "moe_experts"), 0, Ie);
-    cuda::swiglu(g, g, u, swiglu_limit, c * Ie, stream_);
-    linear(ys, g, c, device_weight(*ew.down, "moe_experts"), 0, D);
-    scatter_add_scaled(out.f32(), ys, d_rows, d_slots, weights.f32(), c, D, stream_);
-  }
+  gather_streamed(out, table, ids);
 }
 
 }  // namespace bloomery::cuda
