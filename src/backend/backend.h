@@ -111,6 +111,12 @@ class Backend : public virtual FamilyOps {
   virtual int threads() const = 0;
 
   // ---- memory --------------------------------------------------------------------------------------------
+  // Memory the backend computes in: free and total bytes (device memory for CUDA, available RAM for CPU);
+  // 0 = unknown. The loader's memory plan refuses a model that does not fit before allocating anything.
+  struct MemoryInfo {
+    uint64_t free_bytes = 0, total_bytes = 0;
+  };
+  virtual MemoryInfo memory_info() const { return {}; }
   // A zero-filled tensor of the given shape.
   virtual Tensor alloc(std::vector<int64_t> shape, ElemType type = ElemType::F32) = 0;
   virtual Tensor upload(std::span<const float> data, std::vector<int64_t> shape) = 0;
@@ -136,6 +142,9 @@ class Backend : public virtual FamilyOps {
   virtual void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) = 0;
   // out[T, D] = table[ids[t], :] (embedding gather; works for dense and streamed weights).
   virtual void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) = 0;
+  // Hint: a coming gather_rows will read these rows of a streamed table. A backend that keeps the table off
+  // the card starts fetching them (page-in, copy to staging) in the background. Default: nothing.
+  virtual void prefetch_rows(const Weight& table, std::span<const int64_t> ids) {}
 
   // ---- norms ---------------------------------------------------------------------------------------------
   // x viewed as [R, C] with C = x.cols(); every run of `group` channels (0 = C) is normalised on its own with

@@ -90,6 +90,13 @@ class Model {
 
   // A fresh sequence able to hold `capacity` tokens.
   virtual std::unique_ptr<SequenceState> new_state(Backend& backend, int64_t capacity) const = 0;
+  // Bytes new_state(capacity) allocates (KV caches, recurrent and conv states, indexer keys), for the memory
+  // plan before anything is allocated. Default 0 = unknown.
+  virtual uint64_t state_bytes(int64_t capacity) const { return 0; }
+  // Hint before forward(state, upcoming_ids): lets a family start fetching what that call will read from
+  // host memory (the PLE table rows of those tokens). Must not change the state. Default: nothing.
+  virtual void prefetch(Backend& backend, const SequenceState& state, std::span<const int32_t> upcoming_ids) {
+  }
 
   // Consumes ids (a prompt chunk or one decode token) at positions state.pos … state.pos + T − 1 and advances
   // the state. all_logits: logits for every position, else only the last. Throws E_CONTEXT_FULL past

@@ -52,6 +52,12 @@ void CudaBackend::synchronize() {
   BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
 }
 
+Backend::MemoryInfo CudaBackend::memory_info() const {
+  size_t free_b = 0, total_b = 0;
+  BLOOMERY_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b), "memory info of device " + std::to_string(device_));
+  return {free_b, total_b};
+}
+
 void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
   void* d = scratch_[slot].get(bytes + 16);
   if (bytes)

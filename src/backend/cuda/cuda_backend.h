@@ -42,6 +42,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream() const { return stream_; }
   // Waits for every queued kernel (tests, timing).
   void synchronize();
+  // Free and total device memory (cudaMemGetInfo).
+  MemoryInfo memory_info() const override;
 
   Tensor alloc(std::vector<int64_t> shape, ElemType type = ElemType::F32) override;
   Tensor upload(std::span<const float> data, std::vector<int64_t> shape) override;
