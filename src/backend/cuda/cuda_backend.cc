@@ -13,22 +13,6 @@
 
 namespace bloomery::cuda {
 
-namespace {
-
-std::shared_ptr<Storage> device_storage(size_t bytes, const std::string& what) {
-  auto st = std::make_shared<Storage>();
-  void* p = nullptr;
-  // +16 bytes so a zero-sized tensor still has a valid pointer.
-  BLOOMERY_CUDA_CHECK(cudaMalloc(&p, bytes + 16), what);
-  BLOOMERY_CUDA_CHECK(cudaMemset(p, 0, bytes + 16), what);
-  st->data = p;
-  st->bytes = bytes;
-  st->owner = std::shared_ptr<void>(p, [](void* q) { cudaFree(q); });
-  return st;
-}
-
-}  // namespace
-
 void* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
     if (ptr_) BLOOMERY_CUDA_CHECK(cudaFree(ptr_), "scratch free");  // synchronises: no kernel still reads it
@@ -75,7 +59,13 @@ Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
     need(d >= 0, "alloc", "non-negative dims", shape_string(shape));
     n *= d;
   }
-  auto st = device_storage(static_cast<size_t>(n) * elem_size(type), "alloc " + shape_string(shape));
+  const size_t bytes = static_cast<size_t>(n) * elem_size(type);
+  auto st = std::make_shared<Storage>();
+  st->owner = pool_.get(bytes, "alloc " + shape_string(shape));
+  st->data = st->owner.get();
+  st->bytes = bytes;
+  if (bytes)  // ops may rely on alloc's zero fill (backend.h); queued on the stream like every op
+    BLOOMERY_CUDA_CHECK(cudaMemsetAsync(st->data, 0, bytes, stream_), "alloc " + shape_string(shape));
   return Tensor(std::move(st), type, std::move(shape));
 }
 

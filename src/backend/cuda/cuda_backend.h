@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda/device_pool.h"
 #include "backend/cuda/kernels.h"
 #include "formats/decode.h"
 
@@ -44,6 +45,8 @@ class CudaBackend final : public Backend {
   void synchronize();
   // Free and total device memory (cudaMemGetInfo).
   MemoryInfo memory_info() const override;
+  // The activation allocator (cached blocks count as free for a plan made after warm-up).
+  DevicePool& pool() { return pool_; }
 
   Tensor alloc(std::vector<int64_t> shape, ElemType type = ElemType::F32) override;
   Tensor upload(std::span<const float> data, std::vector<int64_t> shape) override;
@@ -119,6 +122,7 @@ class CudaBackend final : public Backend {
 
   int device_ = 0;
   cudaStream_t stream_ = nullptr;
+  DevicePool pool_;  // activation tensors (alloc); weights own their own allocations
   Scratch scratch_[4];
 };
 
