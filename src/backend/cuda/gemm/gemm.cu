@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/weight_access.cuh"
 
@@ -13,9 +14,20 @@ namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 256;
 
+// Dense when `offsets` is null; grouped otherwise: blockIdx.z is the expert, whose weight is experts[z] and
+// whose rows of x and y are [offsets[z], offsets[z+1]) (T is then unused; tiles past the expert's rows exit).
 __global__ void __launch_bounds__(kThreads)
     gemm_tiled(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int64_t T,
-               float* __restrict__ y) {
+               float* __restrict__ y, const DeviceWeight* __restrict__ experts,
+               const int32_t* __restrict__ offsets) {
+  if (offsets) {
+    const int64_t begin = offsets[blockIdx.z], end = offsets[blockIdx.z + 1];
+    if (blockIdx.y * static_cast<int64_t>(kBM) >= end - begin) return;
+    w = experts[blockIdx.z];
+    T = end - begin;
+    x += begin * static_cast<int64_t>(w.cols);
+    y += begin * n;
+  }
   __shared__ float xs[kBK][kBM + 1];
   __shared__ float ws[kBK][kBN + 1];
   const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
@@ -71,9 +83,23 @@ void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_
           cudaStream_t s) {
   if (n == 0 || T == 0) return;
   const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((T + kBM - 1) / kBM));
-  gemm_tiled<<<grid, kThreads, 0, s>>>(w, row0, n, x, T, y);
+  gemm_tiled<<<grid, kThreads, 0, s>>>(w, row0, n, x, T, y, nullptr, nullptr);
   BLOOMERY_CUDA_CHECK_LAUNCH("gemm " + shape_of(w) + " rows " + std::to_string(row0) + "+" +
                              std::to_string(n) + " x[" + std::to_string(T) + "]");
+}
+
+void gemm_simt_grouped(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows,
+                       int64_t n, int64_t K, FormatId format, const float* xs, float* ys, cudaStream_t s) {
+  if (n == 0 || max_rows == 0 || E == 0) return;
+  const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN),
+                  static_cast<unsigned>((max_rows + kBM - 1) / kBM), static_cast<unsigned>(E));
+  DeviceWeight dummy;
+  dummy.format = format;
+  dummy.cols = static_cast<uint64_t>(K);
+  gemm_tiled<<<grid, kThreads, 0, s>>>(dummy, 0, n, xs, max_rows, ys, weights, offsets);
+  BLOOMERY_CUDA_CHECK_LAUNCH("grouped gemm (SIMT) " + std::string(format_name(format)) +
+                             " E=" + std::to_string(E) + " W[" + std::to_string(n) + ", " +
+                             std::to_string(K) + "] rows<=" + std::to_string(max_rows));
 }
 
 void gather_rows(const DeviceWeight& w, const int64_t* ids, int64_t count, float* out, cudaStream_t s) {

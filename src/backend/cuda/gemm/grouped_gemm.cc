@@ -1,0 +1,20 @@
+// grouped_gemm entry: argument checks, then the kernel that fits the format and shape.
+#include "backend/cuda/gemm/grouped_gemm.h"
+
+#include <string>
+
+#include "backend/backend.h"
+#include "backend/cuda/gemm/gemm_internal.h"
+
+namespace bloomery::cuda {
+
+void grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows, int64_t n,
+                  int64_t K, FormatId format, const float* xs, float* ys, cudaStream_t s) {
+  need(E >= 0 && E <= 65535 && max_rows >= 0 && n >= 0 && K > 0, "grouped_gemm",
+       "0 <= E <= 65535 experts, max_rows >= 0, n >= 0, K > 0",
+       "E=" + std::to_string(E) + " max_rows=" + std::to_string(max_rows) + " n=" + std::to_string(n) +
+           " K=" + std::to_string(K));
+  gemm_simt_grouped(weights, E, offsets, max_rows, n, K, format, xs, ys, s);
+}
+
+}  // namespace bloomery::cuda
