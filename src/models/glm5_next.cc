@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "models/batch_rows.h"
 #include "models/model.h"
 #include "models/model_registry.h"
 
@@ -283,57 +284,84 @@ class Glm5Next final : public Model {
     return s;
   }
 
-  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids,
+  // The bytes new_state(capacity) allocates: the same tensors, counted.
+  uint64_t state_bytes(int64_t capacity) const override {
+    const int64_t qd = c_.Hl * c_.dl;
+    int64_t elems = 0;
+    for (int64_t l = 0; l < c_.L; ++l)
+      elems += c_.is_dsa[l] ? dsa_cache_elems(capacity) : 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
+    if (nextn_.present) elems += dsa_cache_elems(capacity + 1);
+    return static_cast<uint64_t>(elems) * sizeof(float);
+  }
+
+  ForwardResult forward(Backend& be, SequenceState& state, std::span<const int32_t> ids,
                         bool all_logits) override {
-    auto& st = static_cast<GlmState&>(base);
-    const int64_t T = static_cast<int64_t>(ids.size()), p0 = st.pos, D = c_.D, n = c_.n;
-    if (p0 + T > st.capacity)
-      raise("E_CONTEXT_FULL", Where{"", "", "tokens"}, "at most " + std::to_string(st.capacity),
-            std::to_string(p0 + T));
-    std::vector<int64_t> tok(ids.begin(), ids.end());
-    const int64_t ties_before = st.index_ties + st.router_ties;
+    const BatchEntry one{&state, ids, all_logits};
+    return std::move(forward_batch(be, std::span(&one, 1))[0]);
+  }
+
+  // Token-wise work (mHC pre/post, norms, projections, routers, experts, the head) runs over the rows of all
+  // entries at once; the token mixers (KDA convs + delta rule, the DSA indexer, latent cache and MLA) per
+  // entry on its rows with its own state.
+  std::vector<ForwardResult> forward_batch(Backend& be, std::span<const BatchEntry> entries) override {
+    const BatchRows b = batch_rows(entries, c_.V);
+    const int64_t T = b.total, D = c_.D, n = c_.n;
+    const size_t N = entries.size();
+    std::vector<GlmState*> st;
+    std::vector<int64_t> ties_before;
+    for (const BatchEntry& e : entries) {
+      st.push_back(static_cast<GlmState*>(e.state));
+      ties_before.push_back(st.back()->index_ties + st.back()->router_ties);
+    }
+    std::vector<MlpSlot> ms;
+    for (size_t i = 0; i < N; ++i) ms.push_back({b.e[i].r0, b.e[i].T, &st[i]->router_ties});
 
     // X = [E[tok]] × n streams
     Tensor e = be.alloc({T, D});
-    be.gather_rows(e, *embed_, tok);
+    be.gather_rows(e, *embed_, b.tok);
     Tensor X = be.alloc({T, n * D});
     for (int64_t s = 0; s < n; ++s) be.put_cols(X, e, s * D);
 
     Tensor post = be.alloc({T, n}), comb = be.alloc({T, n, n}), h = be.alloc({T, D});
-    Tensor shared_sel;  // a full indexer's selection, kept for the "shared" layer right after it
+    // Per entry: a full indexer's selection, kept for the "shared" layer right after it.
+    std::vector<Tensor> shared_sel(N);
     for (int64_t l = 0; l < c_.L; ++l) {
       const Layer& L = layers_[l];
       be.mhc_pre(h, post, comb, X, *L.attn_hc.fn, *L.attn_hc.base, *L.attn_hc.scale, mhc_spec());
       be.rms_norm(h, h, L.in_norm, c_.eps, NormKind::Plain);
       Tensor y;
       if (L.dsa) {
-        Tensor sel = c_.shared_index[l] ? shared_sel : Tensor();
-        y = dsa(be, L.att, st.dsa[l], h, p0, sel, st.index_ties);
+        std::vector<Tensor> sel(N);
+        std::vector<DsaSlot> ds;
+        for (size_t i = 0; i < N; ++i) {
+          if (c_.shared_index[l]) sel[i] = shared_sel[i];
+          ds.push_back({&st[i]->dsa[l], b.e[i].p0, b.e[i].r0, b.e[i].T, &sel[i], &st[i]->index_ties});
+        }
+        y = dsa(be, L.att, h, ds);
         const bool next_shares = c_.shared_index[std::min(l + 1, c_.L - 1)] && !c_.shared_index[l];
-        shared_sel = next_shares ? sel : Tensor();
+        for (size_t i = 0; i < N; ++i) shared_sel[i] = next_shares ? sel[i] : Tensor();
       } else {
-        y = kda(be, L.kda, st.conv_q[l], st.conv_k[l], st.conv_v[l], st.rec[l], h);
-        shared_sel = Tensor();
+        std::vector<KdaSlot> ks;
+        for (size_t i = 0; i < N; ++i)
+          ks.push_back(
+              {st[i]->conv_q[l], st[i]->conv_k[l], st[i]->conv_v[l], st[i]->rec[l], b.e[i].r0, b.e[i].T});
+        y = kda(be, L.kda, h, ks);
+        for (Tensor& s : shared_sel) s = Tensor();
       }
       be.mhc_post(X, y, post, comb);
       be.mhc_pre(h, post, comb, X, *L.ffn_hc.fn, *L.ffn_hc.base, *L.ffn_hc.scale, mhc_spec());
       be.rms_norm(h, h, L.post_norm, c_.eps, NormKind::Plain);
-      y = mlp(be, L.mlp, h, st.router_ties);
+      y = mlp(be, L.mlp, h, ms);
       be.mhc_post(X, y, post, comb);
     }
-    st.pos += T;
-    st.history.insert(st.history.end(), ids.begin(), ids.end());
-    report_ties(st, ties_before);
+    batch_advance(entries);
+    for (size_t i = 0; i < N; ++i) report_ties(*st[i], ties_before[i]);
 
     // Unweighted stream mean, then the final norm; this hidden also feeds the NextN layer (§4.13).
-    ForwardResult r;
-    r.hidden = be.alloc({T, D});
-    be.stream_mean(r.hidden, X, static_cast<int>(n));
-    be.rms_norm(r.hidden, r.hidden, norm_, c_.eps, NormKind::Plain);
-    Tensor last = all_logits ? r.hidden : r.hidden.slice(T - 1, 1);
-    r.logits = be.alloc({last.rows(), c_.V});
-    be.matmul(r.logits, last, *lm_head_);
-    return r;
+    Tensor hidden = be.alloc({T, D});
+    be.stream_mean(hidden, X, static_cast<int>(n));
+    be.rms_norm(hidden, hidden, norm_, c_.eps, NormKind::Plain);
+    return batch_logits(be, entries, b, hidden, *lm_head_);
   }
 
   ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
@@ -363,10 +391,12 @@ class Glm5Next final : public Model {
     Tensor h = be.alloc({T, D});
     be.rms_norm(h, x, L.in_norm, c_.eps, NormKind::Plain);
     Tensor none;
-    Tensor y = dsa(be, L.att, st.draft, h, p0, none, st.index_ties);
+    const DsaSlot ds{&st.draft, p0, 0, T, &none, &st.index_ties};
+    Tensor y = dsa(be, L.att, h, std::span(&ds, 1));
     be.add(x, x, y);
     be.rms_norm(h, x, L.post_norm, c_.eps, NormKind::Plain);
-    y = mlp(be, L.mlp, h, st.router_ties);
+    const MlpSlot ms{0, T, &st.router_ties};
+    y = mlp(be, L.mlp, h, std::span(&ms, 1));
     be.add(x, x, y);
     be.rms_norm(x, x, nextn_.head_norm, c_.eps, NormKind::Plain);
     st.draft_pos += T;
@@ -510,6 +540,10 @@ class Glm5Next final : public Model {
     return L;
   }
 
+  int64_t dsa_cache_elems(int64_t cap) const {
+    return cap * c_.kv_lora + 2 * cap * c_.dI + (cap / c_.pool + 1) * c_.dI;
+  }
+
   DsaCache new_dsa_cache(Backend& be, int64_t cap) const {
     DsaCache d;
     d.latent = be.alloc({cap, c_.kv_lora});
@@ -521,20 +555,42 @@ class Glm5Next final : public Model {
 
   // ---- the math ----
 
-  // KDA (§4.6): short convs, per-channel forget gate, delta rule, sigmoid-gated F32 norm.
-  Tensor kda(Backend& be, const Kda& w, Tensor& cq, Tensor& ck, Tensor& cv, Tensor& rec,
-             const Tensor& h) const {
+  // One entry's share of a KDA layer: its conv and recurrent states, its rows.
+  struct KdaSlot {
+    Tensor cq, ck, cv, rec;
+    int64_t r0, T;
+  };
+  // One entry's share of a DSA layer: its caches, the cache index of its first row, its rows, its selection
+  // (in: a shared selection for a layer without indexer; out: this layer's) and its tie counter.
+  struct DsaSlot {
+    DsaCache* cache;
+    int64_t slot0, r0, T;
+    Tensor* sel;
+    int64_t* ties;
+  };
+  // One entry's rows for the router (its expert-choice ties are counted per sequence).
+  struct MlpSlot {
+    int64_t r0, T;
+    int64_t* ties;
+  };
+
+  // KDA (§4.6): short convs, per-channel forget gate, delta rule, sigmoid-gated F32 norm. Projections, gates
+  // and norms over all rows; the convs and the delta rule per entry.
+  Tensor kda(Backend& be, const Kda& w, const Tensor& h, std::span<KdaSlot> slots) const {
     const int64_t T = h.rows(), qd = c_.Hl * c_.dl;
-    auto proj_conv = [&](const Weight& proj, const Weight& conv, Tensor& state) {
+    auto proj_conv = [&](const Weight& proj, const Weight& conv, Tensor KdaSlot::*state) {
       Tensor x = be.alloc({T, qd}), y = be.alloc({T, c_.Hl, c_.dl});
       be.matmul(x, h, proj);
       Tensor y2 = y.view({T, qd});
-      be.causal_conv1d(y2, x, conv, state, 1, Act::Silu);
+      for (KdaSlot& s : slots) {
+        Tensor ys = y2.slice(s.r0, s.T);
+        be.causal_conv1d(ys, x.slice(s.r0, s.T), conv, s.*state, 1, Act::Silu);
+      }
       return y;
     };
-    Tensor q = proj_conv(*w.q, *w.q_conv, cq);
-    Tensor k = proj_conv(*w.k, *w.k_conv, ck);
-    Tensor v = proj_conv(*w.v, *w.v_conv, cv);
+    Tensor q = proj_conv(*w.q, *w.q_conv, &KdaSlot::cq);
+    Tensor k = proj_conv(*w.k, *w.k_conv, &KdaSlot::ck);
+    Tensor v = proj_conv(*w.v, *w.v_conv, &KdaSlot::cv);
     Tensor fa = be.alloc({T, c_.dl}), f = be.alloc({T, qd});
     be.matmul(fa, h, *w.f_a);
     be.matmul(f, fa, *w.f_b);
@@ -544,7 +600,11 @@ class Glm5Next final : public Model {
     be.matmul(beta, h, *w.b);
     be.activate(beta, beta, Act::Sigmoid);
     Tensor o = be.alloc({T, c_.Hl, c_.dl});
-    be.kda_rule(o, q, k, v, g, beta, rec, T > 1);
+    for (KdaSlot& s : slots) {
+      Tensor os = o.slice(s.r0, s.T);
+      be.kda_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
+                  beta.slice(s.r0, s.T), s.rec, s.T > 1);
+    }
     Tensor ga = be.alloc({T, c_.dl}), gate = be.alloc({T, qd});
     be.matmul(ga, h, *w.g_a);
     be.matmul(gate, ga, *w.g_b);
@@ -555,47 +615,62 @@ class Glm5Next final : public Model {
     return y;
   }
 
-  // MLA-DSA (§4.7). `sel` in: a shared selection for a layer without indexer; out: this layer's selection.
-  Tensor dsa(Backend& be, const Dsa& w, DsaCache& cache, const Tensor& h, int64_t slot0, Tensor& sel,
-             int64_t& ties) const {
-    const int64_t T = h.rows(), S = slot0 + T;
+  // MLA-DSA (§4.7). Projections and norms over all rows; the latent cache writes, the indexer's append and
+  // selection and the MLA attention per entry.
+  Tensor dsa(Backend& be, const Dsa& w, const Tensor& h, std::span<const DsaSlot> slots) const {
+    const int64_t T = h.rows();
     Tensor qa = be.alloc({T, c_.q_lora});
     be.matmul(qa, h, *w.q_a);
     be.rms_norm(qa, qa, w.q_a_norm, c_.eps, NormKind::Plain);  // q_res
     Tensor q = be.alloc({T, c_.H, c_.dqk});
     Tensor q2 = q.view({T, c_.H * c_.dqk});
     be.matmul(q2, qa, *w.q_b);
-    Tensor lat = cache.latent.slice(slot0, T);
+    Tensor lat = be.alloc({T, c_.kv_lora});
     be.matmul(lat, h, *w.kv_a);
     be.rms_norm(lat, lat, w.kv_a_norm, c_.eps, NormKind::Plain);
+    Tensor qi, k, gs, wts;
     if (w.indexer) {
-      Tensor qi = be.alloc({T, c_.Hi, c_.dI});
+      qi = be.alloc({T, c_.Hi, c_.dI});
       Tensor qi2 = qi.view({T, c_.Hi * c_.dI});
       be.matmul(qi2, qa, *w.wq_b);
-      Tensor k = be.alloc({T, c_.dI}), gs = be.alloc({T, c_.dI}), wts = be.alloc({T, c_.Hi});
+      k = be.alloc({T, c_.dI});
+      gs = be.alloc({T, c_.dI});
+      wts = be.alloc({T, c_.Hi});
       be.matmul(k, h, *w.wk);
       be.layer_norm(k, k, *w.k_norm_w, *w.k_norm_b, 1e-6f);
       be.matmul(gs, h, *w.gate);
       be.matmul(wts, h, *w.weights);
       be.scale(wts, wts, 1.0f / std::sqrt(static_cast<float>(c_.Hi)));
-      be.dsa_index_append(cache.keys, cache.gates, cache.pools, k, gs, slot0, *w.ape);
-      sel = be.alloc({T, S});
-      ties += be.dsa_index_select(sel, qi, wts, cache.pools, slot0, static_cast<int>(c_.pool),
-                                  static_cast<int>(c_.topk));
-    } else if (!sel.defined() || sel.rows() != T || sel.cols() != S) {
-      raise("E_MODEL_SHARED_INDEX", Where{"", "", "indexer_types"}, "a selection from the previous DSA layer",
-            "none");
     }
     Tensor o = be.alloc({T, c_.H, c_.dv});
-    be.mla_attention(o, q, cache.latent.slice(0, S), *w.kv_b, slot0,
-                     1.0f / std::sqrt(static_cast<float>(c_.dqk)), sel);
+    for (const DsaSlot& s : slots) {
+      DsaCache& cache = *s.cache;
+      const int64_t S = s.slot0 + s.T;
+      Tensor dst = cache.latent.slice(s.slot0, s.T);
+      be.copy(dst, lat.slice(s.r0, s.T));
+      Tensor& sel = *s.sel;
+      if (w.indexer) {
+        be.dsa_index_append(cache.keys, cache.gates, cache.pools, k.slice(s.r0, s.T), gs.slice(s.r0, s.T),
+                            s.slot0, *w.ape);
+        sel = be.alloc({s.T, S});
+        *s.ties += be.dsa_index_select(sel, qi.slice(s.r0, s.T), wts.slice(s.r0, s.T), cache.pools, s.slot0,
+                                       static_cast<int>(c_.pool), static_cast<int>(c_.topk));
+      } else if (!sel.defined() || sel.rows() != s.T || sel.cols() != S) {
+        raise("E_MODEL_SHARED_INDEX", Where{"", "", "indexer_types"},
+              "a selection from the previous DSA layer", "none");
+      }
+      Tensor os = o.slice(s.r0, s.T);
+      be.mla_attention(os, q.slice(s.r0, s.T), cache.latent.slice(0, S), *w.kv_b, s.slot0,
+                       1.0f / std::sqrt(static_cast<float>(c_.dqk)), sel);
+    }
     Tensor y = be.alloc({T, c_.D});
     be.matmul(y, o.view({T, c_.H * c_.dv}), *w.o);
     return y;
   }
 
-  // Dense clamped SwiGLU MLP, or sigmoid-routed experts plus the ungated shared expert (§4.8).
-  Tensor mlp(Backend& be, const Mlp& m, const Tensor& h, int64_t& ties) const {
+  // Dense clamped SwiGLU MLP, or sigmoid-routed experts plus the ungated shared expert (§4.8). Everything
+  // over all rows but the routing, which runs per entry so that each sequence counts its own router ties.
+  Tensor mlp(Backend& be, const Mlp& m, const Tensor& h, std::span<const MlpSlot> slots) const {
     const int64_t T = h.rows();
     const int64_t inner = m.gate->rows();
     Tensor g = be.alloc({T, inner}), u = be.alloc({T, inner}), y = be.alloc({T, c_.D});
@@ -613,7 +688,10 @@ class Glm5Next final : public Model {
     rs.topk_group = static_cast<int>(c_.topk_group);
     rs.renormalize = c_.norm_topk;
     rs.routed_scaling = c_.routed_scaling;
-    ties += be.route_sigmoid_topk(ids, wts, logits, m.bias, rs);
+    for (const MlpSlot& s : slots) {
+      Tensor is = ids.slice(s.r0, s.T), ws = wts.slice(s.r0, s.T);
+      *s.ties += be.route_sigmoid_topk(is, ws, logits.slice(s.r0, s.T), m.bias, rs);
+    }
     Tensor routed = be.alloc({T, c_.D});
     be.moe_experts(routed, h, ids, wts, m.experts, c_.swiglu_limit);
     be.add(y, routed, y);

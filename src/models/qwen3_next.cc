@@ -1,12 +1,15 @@
 // qwen3_next (Qwen3-Next-80B-A3B): pre-norm residual stack of Gated DeltaNet and gated full-attention layers,
 // each followed by a softmax top-k MoE with a σ-gated shared expert; one MTP draft layer. The math follows
 // models.md §2 and transformers' modeling_qwen3_next.py, in order.
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "models/batch_rows.h"
 #include "models/model.h"
 #include "models/model_registry.h"
+#include "models/qwen_common.h"
 
 namespace bloomery {
 
@@ -14,67 +17,20 @@ namespace {
 
 using Shape = std::vector<int64_t>;
 
-struct Config {
-  int64_t V, D, L, H, Hkv, hd;     // vocab, hidden, layers, attention heads, KV heads, head dim
-  int64_t Hk, Hv, dk, dv, conv_k;  // GDN key/value heads and dims, conv kernel
-  int64_t E, top_k, I, Is, Im;     // experts, experts per token, expert / shared / dense intermediate sizes
-  bool norm_topk, tie;
-  float eps;
+struct Config : QwenConfig {
+  int64_t Im;  // dense MLP intermediate size
   RopeSpec rope;
-  std::vector<bool> full_attn;  // per layer: full attention (else GDN)
-  std::vector<bool> moe;        // per layer: sparse MoE (else dense MLP)
+  std::vector<bool> moe;  // per layer: sparse MoE (else dense MLP)
   int64_t mtp_layers;
-  int64_t max_pos;
 };
 
 Config read_config(const nlohmann::json& c) {
   Config k{};
-  k.V = cfg_int(c, "vocab_size");
-  k.D = cfg_int(c, "hidden_size");
-  k.L = cfg_int(c, "num_hidden_layers");
-  k.H = cfg_int(c, "num_attention_heads");
-  k.Hkv = cfg_int(c, "num_key_value_heads");
-  k.hd = cfg_int(c, "head_dim", k.D / k.H);
-  k.Hk = cfg_int(c, "linear_num_key_heads");
-  k.Hv = cfg_int(c, "linear_num_value_heads");
-  k.dk = cfg_int(c, "linear_key_head_dim");
-  k.dv = cfg_int(c, "linear_value_head_dim");
-  k.conv_k = cfg_int(c, "linear_conv_kernel_dim", 4);
-  k.E = cfg_int(c, "num_experts");
-  k.top_k = cfg_int(c, "num_experts_per_tok");
-  k.I = cfg_int(c, "moe_intermediate_size");
-  k.Is = cfg_int(c, "shared_expert_intermediate_size");
+  static_cast<QwenConfig&>(k) = read_qwen_config(c, 0.25, true);
   k.Im = cfg_int(c, "intermediate_size", 5632);
-  k.norm_topk = cfg_bool(c, "norm_topk_prob", true);
-  k.tie = cfg_bool(c, "tie_word_embeddings", false);
-  k.eps = static_cast<float>(cfg_num(c, "rms_norm_eps", 1e-6));
-  k.max_pos = cfg_int(c, "max_position_embeddings", 0);
-  // RoPE: rope_parameters (transformers 5) or the legacy top-level keys.
-  const nlohmann::json empty = nlohmann::json::object();
-  const nlohmann::json& rp =
-      c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : empty;
-  const double theta = cfg_num(rp, "rope_theta", cfg_num(c, "rope_theta", 10000.0));
-  const double partial = cfg_num(rp, "partial_rotary_factor", cfg_num(c, "partial_rotary_factor", 0.25));
-  k.rope.theta = theta;
-  k.rope.rot_dim = static_cast<int>(static_cast<double>(k.hd) * partial);
+  k.rope.theta = k.theta;
+  k.rope.rot_dim = static_cast<int>(k.rot);
   k.rope.interleaved = false;
-  // Layer schedule: layer_types when present, else every full_attention_interval-th layer.
-  if (c.contains("layer_types") && c["layer_types"].is_array()) {
-    const auto& lt = c["layer_types"];
-    if (static_cast<int64_t>(lt.size()) != k.L)
-      raise("E_CFG_FIELD_TYPE", Where{"config.json", "", "layer_types"}, std::to_string(k.L) + " entries",
-            std::to_string(lt.size()));
-    for (const auto& t : lt) {
-      std::string s = t.is_string() ? t.get<std::string>() : "";
-      if (s != "linear_attention" && s != "full_attention")
-        raise("E_CFG_FIELD_TYPE", Where{"config.json", "", "layer_types"},
-              "linear_attention or full_attention", t.dump());
-      k.full_attn.push_back(s == "full_attention");
-    }
-  } else {
-    const int64_t interval = cfg_int(c, "full_attention_interval", 4);
-    for (int64_t i = 0; i < k.L; ++i) k.full_attn.push_back((i + 1) % interval == 0);
-  }
   std::vector<int64_t> mlp_only;
   if (c.contains("mlp_only_layers") && c["mlp_only_layers"].is_array())
     for (const auto& v : c["mlp_only_layers"]) mlp_only.push_back(v.get<int64_t>());
@@ -95,8 +51,7 @@ struct LayerW {
   // gated attention
   const Weight *q, *k, *v, *o, *q_norm, *k_norm;
   // MoE
-  const Weight *router, *sh_gate, *sh_up, *sh_down, *sh_gate_w;
-  std::vector<ExpertWeights> experts;
+  QwenMoe moe;
   // dense MLP
   const Weight *gate, *up, *down;
 };
@@ -145,7 +100,7 @@ class Qwen3Next final : public Model {
     lm_head_ = c_.tie ? embed_ : &w.get("lm_head.weight");
     layers_.resize(c_.L);
     for (int64_t i = 0; i < c_.L; ++i)
-      bind_layer(layers_[i], w, P + "layers." + std::to_string(i) + ".", c_.full_attn[i], c_.moe[i]);
+      bind_layer(layers_[i], w, P + "layers." + std::to_string(i) + ".", c_.attn[i], c_.moe[i]);
     // The draft layer is used only when every one of its tensors is present.
     info_.has_draft =
         c_.mtp_layers > 0 && w.find("mtp.fc.weight") && w.find("mtp.layers.0.self_attn.q_proj.weight");
@@ -163,7 +118,7 @@ class Qwen3Next final : public Model {
     st->capacity = capacity;
     const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
     for (int64_t i = 0; i < c_.L; ++i) {
-      if (c_.full_attn[i]) {
+      if (c_.attn[i]) {
         st->kc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}));
         st->vc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}));
       } else {
@@ -178,31 +133,49 @@ class Qwen3Next final : public Model {
     return st;
   }
 
-  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids,
+  // The bytes new_state(capacity) allocates: the same tensors, counted.
+  uint64_t state_bytes(int64_t capacity) const override {
+    const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
+    int64_t elems = 0;
+    for (int64_t i = 0; i < c_.L; ++i)
+      elems +=
+          c_.attn[i] ? 2 * capacity * c_.Hkv * c_.hd : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+    if (info_.has_draft) elems += 2 * capacity * c_.Hkv * c_.hd;
+    return static_cast<uint64_t>(elems) * sizeof(float);
+  }
+
+  ForwardResult forward(Backend& be, SequenceState& state, std::span<const int32_t> ids,
                         bool all_logits) override {
-    auto& st = static_cast<Qwen3NextState&>(base);
-    const int64_t T = static_cast<int64_t>(ids.size());
-    check_room(st.pos, T, st.capacity);
-    std::vector<int64_t> rows(ids.begin(), ids.end());
-    for (int64_t id : rows)
-      if (id < 0 || id >= c_.V)
-        raise("E_TOKEN_RANGE", Where{"", "", "ids"}, "token ids below " + std::to_string(c_.V),
-              std::to_string(id));
-    std::vector<int64_t> pos(T);
-    for (int64_t t = 0; t < T; ++t) pos[t] = st.pos + t;
+    const BatchEntry one{&state, ids, all_logits};
+    return std::move(forward_batch(be, std::span(&one, 1))[0]);
+  }
+
+  // Every token-wise op runs over the rows of all entries at once ([ΣT, D]); the token mixers run per entry
+  // on its rows with its own state (GdnSlot / KvSlot).
+  std::vector<ForwardResult> forward_batch(Backend& be, std::span<const BatchEntry> entries) override {
+    const BatchRows b = batch_rows(entries, c_.V);
+    const int64_t T = b.total;
+    std::vector<Qwen3NextState*> st;
+    for (const BatchEntry& e : entries) st.push_back(static_cast<Qwen3NextState*>(e.state));
 
     Tensor h = be.alloc({T, c_.D});
-    be.gather_rows(h, *embed_, rows);
+    be.gather_rows(h, *embed_, b.tok);
     Tensor x = be.alloc({T, c_.D}), y = be.alloc({T, c_.D});
     size_t gdn_i = 0, attn_i = 0;
     for (int64_t l = 0; l < c_.L; ++l) {
       const LayerW& lw = layers_[l];
       be.rms_norm(x, h, lw.in_norm, c_.eps, NormKind::OnePlus);
-      if (c_.full_attn[l]) {
-        attention(be, lw, x, y, st.kc[attn_i], st.vc[attn_i], st.pos, pos);
+      if (c_.attn[l]) {
+        std::vector<KvSlot> kv;
+        for (size_t i = 0; i < st.size(); ++i)
+          kv.push_back({st[i]->kc[attn_i], st[i]->vc[attn_i], b.e[i].p0, &b.e[i].pos, b.e[i].r0, b.e[i].T});
+        attention(be, lw, x, y, kv);
         ++attn_i;
       } else {
-        gdn(be, lw, x, y, st.conv[gdn_i], st.rec[gdn_i]);
+        std::vector<GdnSlot> gs;
+        for (size_t i = 0; i < st.size(); ++i)
+          gs.push_back({st[i]->conv[gdn_i], st[i]->rec[gdn_i], b.e[i].r0, b.e[i].T});
+        gdn(be, lw, x, y, gs);
         ++gdn_i;
       }
       be.add(h, h, y);
@@ -210,16 +183,10 @@ class Qwen3Next final : public Model {
       mlp(be, lw, c_.moe[l], x, y);
       be.add(h, h, y);
     }
-    st.pos += T;
-    st.history.insert(st.history.end(), ids.begin(), ids.end());
-
-    ForwardResult r;
-    r.hidden = be.alloc({T, c_.D});
-    be.rms_norm(r.hidden, h, norm_, c_.eps, NormKind::OnePlus);
-    Tensor last = all_logits ? r.hidden : r.hidden.slice(T - 1, 1);
-    r.logits = be.alloc({last.rows(), c_.V});
-    be.matmul(r.logits, last, *lm_head_);
-    return r;
+    batch_advance(entries);
+    Tensor hidden = be.alloc({T, c_.D});
+    be.rms_norm(hidden, h, norm_, c_.eps, NormKind::OnePlus);
+    return batch_logits(be, entries, b, hidden, *lm_head_);
   }
 
   // MTP (models.md §2.8): x = W_fc [norm(E[tok]); norm(h)], one full-attention MoE layer at position p+1 with
@@ -251,7 +218,8 @@ class Qwen3Next final : public Model {
     Tensor x = be.alloc({T, c_.D}), y = be.alloc({T, c_.D});
     be.rms_norm(x, h, mtp_layer_.in_norm, c_.eps, NormKind::OnePlus);
     // Cache slot j holds draft row j; its RoPE position is j + 1.
-    attention(be, mtp_layer_, x, y, st.draft_k, st.draft_v, st.draft_pos, pos);
+    const KvSlot kv{st.draft_k, st.draft_v, st.draft_pos, &pos, 0, T};
+    attention(be, mtp_layer_, x, y, std::span(&kv, 1));
     be.add(h, h, y);
     be.rms_norm(x, h, mtp_layer_.post_norm, c_.eps, NormKind::OnePlus);
     mlp(be, mtp_layer_, true, x, y);
@@ -274,7 +242,7 @@ class Qwen3Next final : public Model {
   }
 
   void declare_layer(std::vector<TensorDecl>& d, const std::string& p, int64_t i, bool optional) const {
-    const bool full = i < 0 || c_.full_attn[i];
+    const bool full = i < 0 || c_.attn[i];
     const bool moe = i < 0 || c_.moe[i];
     auto add = [&](const std::string& n, Shape s) { d.push_back({p + n, std::move(s), optional}); };
     add("input_layernorm.weight", {c_.D});
@@ -297,17 +265,7 @@ class Qwen3Next final : public Model {
       add("linear_attn.out_proj.weight", {c_.D, value_dim});
     }
     if (moe) {
-      add("mlp.gate.weight", {c_.E, c_.D});
-      for (int64_t e = 0; e < c_.E; ++e) {
-        const std::string ep = "mlp.experts." + std::to_string(e) + ".";
-        add(ep + "gate_proj.weight", {c_.I, c_.D});
-        add(ep + "up_proj.weight", {c_.I, c_.D});
-        add(ep + "down_proj.weight", {c_.D, c_.I});
-      }
-      add("mlp.shared_expert.gate_proj.weight", {c_.Is, c_.D});
-      add("mlp.shared_expert.up_proj.weight", {c_.Is, c_.D});
-      add("mlp.shared_expert.down_proj.weight", {c_.D, c_.Is});
-      add("mlp.shared_expert_gate.weight", {1, c_.D});
+      declare_qwen_moe(d, p + "mlp.", c_, optional);
     } else {
       add("mlp.gate_proj.weight", {c_.Im, c_.D});
       add("mlp.up_proj.weight", {c_.Im, c_.D});
@@ -337,16 +295,7 @@ class Qwen3Next final : public Model {
       lw.out = g("linear_attn.out_proj.weight");
     }
     if (moe) {
-      lw.router = g("mlp.gate.weight");
-      for (int64_t e = 0; e < c_.E; ++e) {
-        const std::string ep = "mlp.experts." + std::to_string(e) + ".";
-        lw.experts.push_back(
-            {g(ep + "gate_proj.weight"), g(ep + "up_proj.weight"), g(ep + "down_proj.weight")});
-      }
-      lw.sh_gate = g("mlp.shared_expert.gate_proj.weight");
-      lw.sh_up = g("mlp.shared_expert.up_proj.weight");
-      lw.sh_down = g("mlp.shared_expert.down_proj.weight");
-      lw.sh_gate_w = g("mlp.shared_expert_gate.weight");
+      lw.moe = bind_qwen_moe(w, p + "mlp.", c_);
     } else {
       lw.gate = g("mlp.gate_proj.weight");
       lw.up = g("mlp.up_proj.weight");
@@ -354,8 +303,22 @@ class Qwen3Next final : public Model {
     }
   }
 
+  // One entry's share of a GDN layer: its rows of the batch and its conv / recurrent state.
+  struct GdnSlot {
+    Tensor conv, rec;
+    int64_t r0, T;
+  };
+  // One entry's share of an attention layer: its caches, the cache slot of its first row, its positions.
+  struct KvSlot {
+    Tensor kc, vc;
+    int64_t q0;
+    const std::vector<int64_t>* pos;
+    int64_t r0, T;
+  };
+
   // Gated DeltaNet (models.md §2.4): grouped qkvz/ba projections, causal conv + SiLU, delta rule, gated norm.
-  void gdn(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, Tensor& conv_state, Tensor& rec) {
+  // Projections, gates and norms run over all rows; the conv and the delta rule per slot.
+  void gdn(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, std::span<GdnSlot> slots) {
     const int64_t T = x.rows(), Hk = c_.Hk, Hv = c_.Hv, dk = c_.dk, dv = c_.dv, r = Hv / Hk;
     const int64_t key_dim = Hk * dk, value_dim = Hv * dv, group = 2 * dk + 2 * r * dv;
     Tensor qkvz = be.alloc({T, Hk * group});
@@ -382,27 +345,34 @@ class Qwen3Next final : public Model {
     be.take_cols(a, bag, r);
 
     Tensor conv_out = be.alloc({T, 2 * key_dim + value_dim});
-    be.causal_conv1d(conv_out, mixed, *lw.conv, conv_state, 1, Act::Silu);
-    Tensor q = be.alloc({T, key_dim}), k = be.alloc({T, key_dim}), v = be.alloc({T, value_dim});
-    be.take_cols(q, conv_out, 0);
-    be.take_cols(k, conv_out, key_dim);
-    be.take_cols(v, conv_out, 2 * key_dim);
+    for (GdnSlot& s : slots) {
+      Tensor out = conv_out.slice(s.r0, s.T);
+      be.causal_conv1d(out, mixed.slice(s.r0, s.T), *lw.conv, s.conv, 1, Act::Silu);
+    }
+    Tensor q = be.alloc({T, Hk, dk}), k = be.alloc({T, Hk, dk}), v = be.alloc({T, Hv, dv});
+    Tensor q2 = q.view({T, key_dim}), k2 = k.view({T, key_dim}), v2 = v.view({T, value_dim});
+    be.take_cols(q2, conv_out, 0);
+    be.take_cols(k2, conv_out, key_dim);
+    be.take_cols(v2, conv_out, 2 * key_dim);
 
     Tensor g = be.alloc({T, Hv}), beta = be.alloc({T, Hv});
-    be.gdn_gates(g, beta, a, b, *lw.A_log, *lw.dt_bias);
+    be.gdn_gates(g, beta, a.view({T, Hv}), b.view({T, Hv}), *lw.A_log, *lw.dt_bias);
     Tensor o = be.alloc({T, Hv, dv});
     // Prompts use the chunked form (as transformers does for any multi-token call); decode the recurrent
     // step.
-    be.gated_delta_rule(o, q.view({T, Hk, dk}), k.view({T, Hk, dk}), v.view({T, Hv, dv}), g, beta, rec, true,
-                        T > 1);
+    for (GdnSlot& s : slots) {
+      Tensor os = o.slice(s.r0, s.T);
+      be.gated_delta_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
+                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1);
+    }
     be.rms_norm_gated(o, o, z, *lw.gnorm, c_.eps, Act::Silu);
     be.matmul(y, o.view({T, value_dim}), *lw.out);
   }
 
   // Gated GQA attention (models.md §2.4): q/gate split per head, zero-centred q/k norms, partial RoPE, causal
-  // softmax over the cache, output multiplied by σ(gate). Cache slots [q0, q0+T) receive this call's keys.
-  void attention(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, Tensor& kc, Tensor& vc,
-                 int64_t q0, std::span<const int64_t> pos) {
+  // softmax over the cache, output multiplied by σ(gate). Projections and norms run over all rows; RoPE, the
+  // cache writes (slots [q0, q0+T)) and the softmax per slot.
+  void attention(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, std::span<const KvSlot> slots) {
     const int64_t T = x.rows(), H = c_.H, Hkv = c_.Hkv, hd = c_.hd;
     Tensor qg = be.alloc({T, H * 2 * hd});
     be.matmul(qg, x, *lw.q);
@@ -410,15 +380,21 @@ class Qwen3Next final : public Model {
     be.take_cols(q, qg.view({T * H, 2 * hd}), 0);
     be.take_cols(gate, qg.view({T * H, 2 * hd}), hd);
     be.rms_norm(q, q, lw.q_norm, c_.eps, NormKind::OnePlus, hd);
-    Tensor k = kc.slice(q0, T), v = vc.slice(q0, T);
+    Tensor k = be.alloc({T, Hkv, hd}), v = be.alloc({T, Hkv, hd});
     be.matmul(k, x, *lw.k);
     be.matmul(v, x, *lw.v);
     be.rms_norm(k, k, lw.k_norm, c_.eps, NormKind::OnePlus, hd);
-    be.rope(q, pos, c_.rope);
-    be.rope(k, pos, c_.rope);
     Tensor o = be.alloc({T, H, hd});
-    be.attention(o, q, kc.slice(0, q0 + T), vc.slice(0, q0 + T), q0,
-                 1.0f / std::sqrt(static_cast<float>(hd)));
+    for (const KvSlot& s : slots) {
+      Tensor qs = q.slice(s.r0, s.T), kd = s.kc.slice(s.q0, s.T), vd = s.vc.slice(s.q0, s.T);
+      be.copy(kd, k.slice(s.r0, s.T));
+      be.copy(vd, v.slice(s.r0, s.T));
+      be.rope(qs, *s.pos, c_.rope);
+      be.rope(kd, *s.pos, c_.rope);
+      Tensor os = o.slice(s.r0, s.T);
+      be.attention(os, qs, s.kc.slice(0, s.q0 + s.T), s.vc.slice(0, s.q0 + s.T), s.q0,
+                   1.0f / std::sqrt(static_cast<float>(hd)));
+    }
     Tensor of = o.view({T, H * hd});
     be.sigmoid_mul(of, of, gate.view({T, H * hd}));
     be.matmul(y, of, *lw.o);
@@ -435,20 +411,7 @@ class Qwen3Next final : public Model {
       be.matmul(y, g, *lw.down);
       return;
     }
-    Tensor logits = be.alloc({T, c_.E});
-    be.matmul(logits, x, *lw.router);
-    Tensor ids = be.alloc({T, c_.top_k}, ElemType::I32), wts = be.alloc({T, c_.top_k});
-    be.route_softmax_topk(ids, wts, logits, RouterSpec{static_cast<int>(c_.top_k), c_.norm_topk});
-    be.moe_experts(y, x, ids, wts, lw.experts);
-    Tensor g = be.alloc({T, c_.Is}), u = be.alloc({T, c_.Is}), s = be.alloc({T, c_.D}), sg = be.alloc({T, 1});
-    be.matmul(g, x, *lw.sh_gate);
-    be.matmul(u, x, *lw.sh_up);
-    be.swiglu(g, g, u);
-    be.matmul(s, g, *lw.sh_down);
-    be.matmul(sg, x, *lw.sh_gate_w);
-    be.activate(sg, sg, Act::Sigmoid);
-    be.scale_rows(s, s, sg);
-    be.add(y, y, s);
+    qwen_moe(be, lw.moe, c_, x, y);
   }
 
   ModelConfig mc_;

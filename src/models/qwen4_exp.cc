@@ -7,8 +7,10 @@
 #include <vector>
 
 #include "backend/cpu/ple_hash.h"
+#include "models/batch_rows.h"
 #include "models/model.h"
 #include "models/model_registry.h"
+#include "models/qwen_common.h"
 
 namespace bloomery {
 
@@ -18,42 +20,20 @@ using Shape = std::vector<int64_t>;
 
 // ---------------------------------------------------------------------------------------------- config
 
-struct Qwen4Config {
-  int64_t V, D, L, H, Hkv, hd;
-  int64_t Hk, Hv, dk, dv, conv_k;
-  int64_t E, top_k, I, Is;
-  bool norm_topk;
+struct Qwen4Config : QwenConfig {
   int64_t n, r;                        // hc_count, hc_lowrank
   std::vector<int64_t> ple_layer_ids;  // one-indexed
   int64_t ple_dim, ple_conv_k, ngram_size, heads_per_ngram, ngram_base, ngram_div, seed;
   int64_t Hi, dI, budget, compress;
-  double theta;
-  int64_t rot;
-  float eps;
   int64_t eos;
-  bool tie;
   Act gdn_gate_act;
-  std::vector<bool> is_qsa;  // per layer
 };
 
 Qwen4Config read_config(const nlohmann::json& c) {
   Qwen4Config k{};
-  k.V = cfg_int(c, "vocab_size");
-  k.D = cfg_int(c, "hidden_size");
-  k.L = cfg_int(c, "num_hidden_layers");
-  k.H = cfg_int(c, "num_attention_heads");
-  k.Hkv = cfg_int(c, "num_key_value_heads");
-  k.hd = cfg_int(c, "head_dim", k.D / k.H);
-  k.Hk = cfg_int(c, "linear_num_key_heads");
-  k.Hv = cfg_int(c, "linear_num_value_heads");
-  k.dk = cfg_int(c, "linear_key_head_dim");
-  k.dv = cfg_int(c, "linear_value_head_dim");
-  k.conv_k = cfg_int(c, "linear_conv_kernel_dim", 4);
-  k.E = cfg_int(c, "num_experts");
-  k.top_k = cfg_int(c, "num_experts_per_tok");
-  k.I = cfg_int(c, "moe_intermediate_size");
-  k.Is = cfg_int(c, "shared_expert_intermediate_size");
-  k.norm_topk = cfg_bool(c, "norm_topk_prob", true);
+  // partial_rotary_factor defaults to 1.0 here; layer_types: "full_attention" / "qwen_sparse_attention" =
+  // QSA.
+  static_cast<QwenConfig&>(k) = read_qwen_config(c, 1.0, false);
   k.n = cfg_int(c, "hc_count", 4);
   k.r = cfg_int(c, "hc_lowrank", 320);
   if (c.contains("ple_layer_ids") && c["ple_layer_ids"].is_array())
@@ -75,39 +55,19 @@ Qwen4Config read_config(const nlohmann::json& c) {
   if (k.compress <= 0 || k.budget % k.compress != 0)
     raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "indexer_budget"},
           "a multiple of indexer_compress_ratio", std::to_string(k.budget));
-  // RoPE: rope_parameters (transformers 5) or legacy top-level keys; partial_rotary_factor defaults to 1.0
-  // here.
-  const nlohmann::json empty = nlohmann::json::object();
-  const nlohmann::json& rp =
-      c.contains("rope_parameters") && c["rope_parameters"].is_object() ? c["rope_parameters"] : empty;
-  k.theta = cfg_num(rp, "rope_theta", cfg_num(c, "rope_theta", 10000.0));
-  const double prf = cfg_num(rp, "partial_rotary_factor", cfg_num(c, "partial_rotary_factor", 1.0));
-  k.rot = static_cast<int64_t>(static_cast<double>(k.hd) * prf);
   if (k.rot > k.dI)
     raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "partial_rotary_factor"},
           "rotary dims <= indexer_head_dim " + std::to_string(k.dI), std::to_string(k.rot));
-  k.eps = static_cast<float>(cfg_num(c, "rms_norm_eps", 1e-6));
   const auto eos = cfg_eos_ids(c);
   k.eos = eos.empty() ? -1 : eos[0];
   if (!k.ple_layer_ids.empty() && k.eos < 0)
     raise("E_CFG_FIELD_MISSING", Where{"config.json", "", "eos_token_id"}, "set when PLE layers exist",
           "absent");
-  k.tie = cfg_bool(c, "tie_word_embeddings", false);
   const std::string ogt = cfg_str(c, "output_gate_type", "");
   const std::string act = ogt.empty() ? cfg_str(c, "hidden_act", "silu") : ogt;
   k.gdn_gate_act = act == "sigmoid" ? Act::Sigmoid : Act::Silu;
-  // layer_types: "linear_attention" = GDN; "full_attention" / "qwen_sparse_attention" = QSA.
-  if (c.contains("layer_types") && c["layer_types"].is_array()) {
-    for (const auto& t : c["layer_types"]) k.is_qsa.push_back(t.get<std::string>() != "linear_attention");
-  } else {
-    const int64_t every = cfg_int(c, "full_attention_interval", 4);
-    for (int64_t i = 0; i < k.L; ++i) k.is_qsa.push_back((i + 1) % every == 0);
-  }
-  if (static_cast<int64_t>(k.is_qsa.size()) != k.L)
-    raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "layer_types"}, std::to_string(k.L) + " entries",
-          std::to_string(k.is_qsa.size()));
   for (int64_t id : k.ple_layer_ids)
-    if (id < 1 || id > k.L || k.is_qsa[id - 1])
+    if (id < 1 || id > k.L || k.attn[id - 1])
       raise("E_CFG_FIELD_VALUE", Where{"config.json", "", "ple_layer_ids"},
             "one-indexed ids of linear-attention layers", std::to_string(id));
   return k;
@@ -117,12 +77,6 @@ Qwen4Config read_config(const nlohmann::json& c) {
 
 struct HyperConn {
   const Weight *norm = nullptr, *down = nullptr, *up = nullptr, *inject = nullptr;
-};
-
-struct Moe {
-  const Weight *router = nullptr, *sh_gate = nullptr, *sh_up = nullptr, *sh_down = nullptr,
-               *sh_gate_w = nullptr;
-  std::vector<ExpertWeights> experts;
 };
 
 struct Gdn {
@@ -144,7 +98,7 @@ struct Layer {
   HyperConn attn_hc, mlp_hc;
   Gdn gdn{};
   Qsa att{};
-  Moe moe;
+  QwenMoe moe;
   bool has_ple = false;
   Ple ple{};
 };
@@ -181,7 +135,7 @@ class Qwen4Exp final : public Model {
     info_.hidden_size = c_.D;
     info_.draft_hidden_size = c_.n * c_.D;
     info_.eos_ids = cfg_eos_ids(mc.text);
-    info_.max_positions = cfg_int(mc.text, "max_position_embeddings", 0);
+    info_.max_positions = c_.max_pos;
   }
 
   const ModelInfo& info() const override { return info_; }
@@ -195,7 +149,7 @@ class Qwen4Exp final : public Model {
     declare_hc(d, P + "hyper_connection_mixer.", false, false);
     for (int64_t l = 0; l < c_.L; ++l) {
       const std::string p = P + "layers." + std::to_string(l) + ".";
-      declare_layer(d, p, c_.is_qsa[l], false);
+      declare_layer(d, p, c_.attn[l], false);
       const int pi = ple_index(l);
       if (pi >= 0) {
         const cpu::PleHash h = hash_for(pi);
@@ -226,7 +180,7 @@ class Qwen4Exp final : public Model {
     layers_.resize(c_.L);
     for (int64_t l = 0; l < c_.L; ++l) {
       const std::string p = P + "layers." + std::to_string(l) + ".";
-      layers_[l] = bind_layer(w, p, c_.is_qsa[l]);
+      layers_[l] = bind_layer(w, p, c_.attn[l]);
       const int pi = ple_index(l);
       if (pi >= 0) {
         Ple& e = layers_[l].ple;
@@ -264,7 +218,7 @@ class Qwen4Exp final : public Model {
     s->ple_ctx.resize(c_.L);
     s->ple_conv.resize(c_.L);
     for (int64_t l = 0; l < c_.L; ++l) {
-      if (c_.is_qsa[l]) {
+      if (c_.attn[l]) {
         s->qsa[l] = new_qsa_cache(be, capacity);
       } else {
         s->conv[l] = be.alloc({conv_dim, c_.conv_k - 1});
@@ -279,47 +233,90 @@ class Qwen4Exp final : public Model {
     return s;
   }
 
-  ForwardResult forward(Backend& be, SequenceState& base, std::span<const int32_t> ids,
+  // The bytes new_state(capacity) allocates: the same tensors, counted.
+  uint64_t state_bytes(int64_t capacity) const override {
+    const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
+    int64_t elems = 0;
+    for (int64_t l = 0; l < c_.L; ++l) {
+      elems += c_.attn[l] ? qsa_cache_elems(capacity) : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+      if (layers_.size() == static_cast<size_t>(c_.L) && layers_[l].has_ple)
+        elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
+    }
+    if (draft_.present) elems += qsa_cache_elems(capacity + 1);
+    return static_cast<uint64_t>(elems) * sizeof(float);
+  }
+
+  // The PLE rows forward(state, ids) will gather, layer by layer, handed to the backend ahead of time. Works
+  // on a copy of each layer's n-gram context, so the state is untouched.
+  void prefetch(Backend& be, const SequenceState& base, std::span<const int32_t> ids) override {
+    const auto& st = static_cast<const Qwen4State&>(base);
+    if (layers_.size() != static_cast<size_t>(c_.L)) return;  // not bound yet
+    std::vector<int64_t> tok(ids.begin(), ids.end());
+    for (int64_t l = 0; l < c_.L; ++l) {
+      if (!layers_[l].has_ple || ids.empty()) continue;
+      cpu::PleContext ctx = st.ple_ctx[l];
+      be.prefetch_rows(*layers_[l].ple.table, ple_rows(layers_[l].ple, ctx, tok));
+    }
+  }
+
+  ForwardResult forward(Backend& be, SequenceState& state, std::span<const int32_t> ids,
                         bool all_logits) override {
-    auto& st = static_cast<Qwen4State&>(base);
-    const int64_t T = static_cast<int64_t>(ids.size()), p0 = st.pos;
-    if (p0 + T > st.capacity)
-      raise("E_CONTEXT_FULL", Where{"", "", "tokens"}, "at most " + std::to_string(st.capacity),
-            std::to_string(p0 + T));
-    const int64_t D = c_.D, n = c_.n;
-    std::vector<int64_t> pos(T), tok(ids.begin(), ids.end());
-    for (int64_t t = 0; t < T; ++t) pos[t] = p0 + t;
-    const int64_t ties_before = st.index_ties;
+    const BatchEntry one{&state, ids, all_logits};
+    return std::move(forward_batch(be, std::span(&one, 1))[0]);
+  }
+
+  // Token-wise work (hyper-connections, projections, norms, PLE gathers and gates, MoE, the final mix and the
+  // head) runs over the rows of all entries at once; the token mixers (GDN conv + delta rule, QSA indexer +
+  // attention, the PLE n-gram context and conv) per entry on its rows with its own state.
+  std::vector<ForwardResult> forward_batch(Backend& be, std::span<const BatchEntry> entries) override {
+    const BatchRows b = batch_rows(entries, c_.V);
+    const int64_t T = b.total, D = c_.D, n = c_.n;
+    std::vector<Qwen4State*> st;
+    std::vector<int64_t> ties_before;
+    for (const BatchEntry& e : entries) {
+      st.push_back(static_cast<Qwen4State*>(e.state));
+      ties_before.push_back(st.back()->index_ties);
+    }
 
     // X = [E[tok]] × n streams
     Tensor e = be.alloc({T, D});
-    be.gather_rows(e, *embed_, tok);
+    be.gather_rows(e, *embed_, b.tok);
     Tensor X = be.alloc({T, n * D});
     for (int64_t s = 0; s < n; ++s) be.put_cols(X, e, s * D);
 
     for (int64_t l = 0; l < c_.L; ++l) {
       const Layer& L = layers_[l];
-      if (L.has_ple) ple(be, L.ple, st.ple_ctx[l], st.ple_conv[l], X, tok);
+      if (L.has_ple) {
+        std::vector<PleSlot> ps;
+        for (size_t i = 0; i < st.size(); ++i)
+          ps.push_back({&st[i]->ple_ctx[l], st[i]->ple_conv[l], b.e[i].r0, b.e[i].T});
+        ple(be, L.ple, ps, X, b.tok);
+      }
       Tensor inj = be.alloc({T, n});
       Tensor u = hc_read(be, L.attn_hc, X, &inj);
-      Tensor y = L.qsa ? qsa(be, L.att, st.qsa[l], u, pos, p0, 0, st.index_ties)
-                       : gdn(be, L.gdn, st.conv[l], st.rec[l], u);
+      Tensor y;
+      if (L.qsa) {
+        std::vector<QsaSlot> qs;
+        for (size_t i = 0; i < st.size(); ++i)
+          qs.push_back({&st[i]->qsa[l], &b.e[i].pos, b.e[i].p0, 0, b.e[i].r0, b.e[i].T, &st[i]->index_ties});
+        y = qsa(be, L.att, u, qs);
+      } else {
+        std::vector<GdnSlot> gs;
+        for (size_t i = 0; i < st.size(); ++i)
+          gs.push_back({st[i]->conv[l], st[i]->rec[l], b.e[i].r0, b.e[i].T});
+        y = gdn(be, L.gdn, u, gs);
+      }
       be.hc_inject(X, y, inj);
       u = hc_read(be, L.mlp_hc, X, &inj);
       y = moe(be, L.moe, u);
       be.hc_inject(X, y, inj);
     }
-    st.pos += T;
-    st.history.insert(st.history.end(), ids.begin(), ids.end());
-    report_ties(st, ties_before);
+    batch_advance(entries);
+    for (size_t i = 0; i < st.size(); ++i) report_ties(*st[i], ties_before[i]);
 
-    ForwardResult r;
-    r.hidden = X;  // the multi-stream X before the final mixer is what the MTP layer reads (§3.13)
-    Tensor last = all_logits ? X : X.slice(T - 1, 1);
-    Tensor h = hc_read(be, mixer_, last, nullptr);
-    r.logits = be.alloc({last.rows(), c_.V});
-    be.matmul(r.logits, h, *lm_head_);
-    return r;
+    // The multi-stream X before the final mixer is what the MTP layer reads (§3.13).
+    return batch_logits(be, entries, b, X, *lm_head_,
+                        [&](const Tensor& rows) { return hc_read(be, mixer_, rows, nullptr); });
   }
 
   ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
@@ -356,7 +353,8 @@ class Qwen4Exp final : public Model {
     const Layer& L = draft_.layer;
     Tensor inj = be.alloc({T, n});
     Tensor u = hc_read(be, L.attn_hc, X, &inj);
-    Tensor y = qsa(be, L.att, st.draft, u, pos, p0, 1, st.index_ties);
+    const QsaSlot slot{&st.draft, &pos, p0, 1, 0, T, &st.index_ties};
+    Tensor y = qsa(be, L.att, u, std::span(&slot, 1));
     be.hc_inject(X, y, inj);
     u = hc_read(be, L.mlp_hc, X, &inj);
     y = moe(be, L.moe, u);
@@ -418,18 +416,7 @@ class Qwen4Exp final : public Model {
       d.push_back({a + "norm.weight", {c_.dv}, opt});
       d.push_back({a + "out_proj.weight", {c_.D, c_.Hv * c_.dv}, opt});
     }
-    const std::string m = p + "mlp.";
-    d.push_back({m + "gate.weight", {c_.E, c_.D}, opt});
-    for (int64_t e = 0; e < c_.E; ++e) {
-      const std::string x = m + "experts." + std::to_string(e) + ".";
-      d.push_back({x + "gate_proj.weight", {c_.I, c_.D}, opt});
-      d.push_back({x + "up_proj.weight", {c_.I, c_.D}, opt});
-      d.push_back({x + "down_proj.weight", {c_.D, c_.I}, opt});
-    }
-    d.push_back({m + "shared_expert.gate_proj.weight", {c_.Is, c_.D}, opt});
-    d.push_back({m + "shared_expert.up_proj.weight", {c_.Is, c_.D}, opt});
-    d.push_back({m + "shared_expert.down_proj.weight", {c_.D, c_.Is}, opt});
-    d.push_back({m + "shared_expert_gate.weight", {1, c_.D}, opt});
+    declare_qwen_moe(d, p + "mlp.", c_, opt);
   }
 
   HyperConn bind_hc(const WeightSet& w, const std::string& p, bool inject) const {
@@ -469,17 +456,7 @@ class Qwen4Exp final : public Model {
                &w.get(a + "norm.weight"),
                &w.get(a + "out_proj.weight")};
     }
-    const std::string m = p + "mlp.";
-    L.moe.router = &w.get(m + "gate.weight");
-    for (int64_t e = 0; e < c_.E; ++e) {
-      const std::string x = m + "experts." + std::to_string(e) + ".";
-      L.moe.experts.push_back(
-          {&w.get(x + "gate_proj.weight"), &w.get(x + "up_proj.weight"), &w.get(x + "down_proj.weight")});
-    }
-    L.moe.sh_gate = &w.get(m + "shared_expert.gate_proj.weight");
-    L.moe.sh_up = &w.get(m + "shared_expert.up_proj.weight");
-    L.moe.sh_down = &w.get(m + "shared_expert.down_proj.weight");
-    L.moe.sh_gate_w = &w.get(m + "shared_expert_gate.weight");
+    L.moe = bind_qwen_moe(w, p + "mlp.", c_);
     return L;
   }
 
@@ -492,6 +469,10 @@ class Qwen4Exp final : public Model {
   cpu::PleHash hash_for(int pi) const {
     return cpu::make_ple_hash(c_.V, static_cast<int>(c_.ngram_size), static_cast<int>(c_.heads_per_ngram),
                               c_.ngram_base, c_.ngram_div, c_.seed, pi, c_.eos);
+  }
+
+  int64_t qsa_cache_elems(int64_t cap) const {
+    return 2 * cap * c_.Hkv * c_.hd + cap * c_.dI + (cap / c_.compress + 1) * c_.dI;
   }
 
   QsaCache new_qsa_cache(Backend& be, int64_t cap) const {
@@ -534,12 +515,46 @@ class Qwen4Exp final : public Model {
     return u;
   }
 
-  // PLE (§3.6): X += G + silu(dilated conv(Gn)).
-  void ple(Backend& be, const Ple& p, cpu::PleContext& ctx, Tensor& conv_state, Tensor& X,
+  // One entry's share of a PLE layer: its n-gram context, its conv state, its rows.
+  struct PleSlot {
+    cpu::PleContext* ctx;
+    Tensor conv;
+    int64_t r0, T;
+  };
+  // One entry's share of a GDN layer.
+  struct GdnSlot {
+    Tensor conv, rec;
+    int64_t r0, T;
+  };
+  // One entry's share of a QSA layer: its caches, positions, the cache index of its first row
+  // (pos_offset = position − cache index), its rows and its tie counter.
+  struct QsaSlot {
+    QsaCache* cache;
+    const std::vector<int64_t>* pos;
+    int64_t slot0, pos_offset, r0, T;
+    int64_t* ties;
+  };
+
+  // The table rows (G per token) of `tok` given the context, which advances past them.
+  static std::vector<int64_t> ple_rows(const Ple& p, cpu::PleContext& ctx, std::span<const int64_t> tok) {
+    const int64_t G = p.hash.heads();
+    std::vector<int64_t> rows(tok.size() * G);
+    for (size_t t = 0; t < tok.size(); ++t)
+      cpu::ple_rows_and_advance(p.hash, ctx, tok[t], rows.data() + t * G);
+    return rows;
+  }
+
+  // PLE (§3.6): X += G + silu(dilated conv(Gn)). The n-gram rows follow each entry's context; one gather and
+  // the projections, norms and gate over all rows; the dilated conv per entry.
+  void ple(Backend& be, const Ple& p, std::span<PleSlot> slots, Tensor& X,
            const std::vector<int64_t>& tok) const {
     const int64_t T = X.rows(), n = c_.n, D = c_.D, G = p.hash.heads(), de = c_.ple_dim / G;
-    std::vector<int64_t> rows(T * G);
-    for (int64_t t = 0; t < T; ++t) cpu::ple_rows_and_advance(p.hash, ctx, tok[t], rows.data() + t * G);
+    std::vector<int64_t> rows;
+    rows.reserve(T * G);
+    for (PleSlot& s : slots) {
+      const auto r = ple_rows(p, *s.ctx, std::span(tok).subspan(s.r0, s.T));
+      rows.insert(rows.end(), r.begin(), r.end());
+    }
     Tensor e = be.alloc({T * G, de});
     be.gather_rows(e, *p.table, rows);
     e = e.view({T, G * de});
@@ -555,18 +570,25 @@ class Qwen4Exp final : public Model {
     Tensor gn = be.alloc({T, n * D});
     be.rms_norm(gn, g, p.norm_conv, c_.eps, NormKind::OnePlus, D);
     Tensor conv = be.alloc({T, n * D});
-    be.causal_conv1d(conv, gn, *p.conv, conv_state, static_cast<int>(c_.ngram_size), Act::Silu);
+    for (PleSlot& s : slots) {
+      Tensor out = conv.slice(s.r0, s.T);
+      be.causal_conv1d(out, gn.slice(s.r0, s.T), *p.conv, s.conv, static_cast<int>(c_.ngram_size), Act::Silu);
+    }
     be.add(X, X, g);
     be.add(X, X, conv);
   }
 
-  // Gated DeltaNet, flat layout (§3.7).
-  Tensor gdn(Backend& be, const Gdn& w, Tensor& conv_state, Tensor& rec, const Tensor& u) const {
+  // Gated DeltaNet, flat layout (§3.7): projections, gates and norms over all rows; conv and delta rule per
+  // entry.
+  Tensor gdn(Backend& be, const Gdn& w, const Tensor& u, std::span<GdnSlot> slots) const {
     const int64_t T = u.rows(), kd = c_.Hk * c_.dk, vd = c_.Hv * c_.dv;
     Tensor qkv = be.alloc({T, 2 * kd + vd});
     be.matmul(qkv, u, *w.qkv);
     Tensor c = be.alloc({T, 2 * kd + vd});
-    be.causal_conv1d(c, qkv, *w.conv, conv_state, 1, Act::Silu);
+    for (GdnSlot& s : slots) {
+      Tensor out = c.slice(s.r0, s.T);
+      be.causal_conv1d(out, qkv.slice(s.r0, s.T), *w.conv, s.conv, 1, Act::Silu);
+    }
     Tensor q = be.alloc({T, c_.Hk, c_.dk}), k = be.alloc({T, c_.Hk, c_.dk}), v = be.alloc({T, c_.Hv, c_.dv});
     Tensor q2 = q.view({T, kd}), k2 = k.view({T, kd}), v2 = v.view({T, vd});
     be.take_cols(q2, c, 0);
@@ -580,7 +602,11 @@ class Qwen4Exp final : public Model {
     Tensor g = be.alloc({T, c_.Hv}), beta = be.alloc({T, c_.Hv});
     be.gdn_gates(g, beta, a, b, *w.A_log, *w.dt_bias);  // g = −exp(A_log)·softplus(a + dt_bias); β = σ(b)
     Tensor o = be.alloc({T, c_.Hv, c_.dv});
-    be.gated_delta_rule(o, q, k, v, g, beta, rec, true, T > 1);
+    for (GdnSlot& s : slots) {
+      Tensor os = o.slice(s.r0, s.T);
+      be.gated_delta_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
+                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1);
+    }
     Tensor on = be.alloc({T, vd});
     be.rms_norm_gated(on, o.view({T, vd}), z, *w.norm, c_.eps, c_.gdn_gate_act);
     Tensor y = be.alloc({T, c_.D});
@@ -588,11 +614,10 @@ class Qwen4Exp final : public Model {
     return y;
   }
 
-  // QSA (§3.8): block indexer selection, then gated GQA attention over the selected keys.
-  // slot0: cache index of the first token; pos: its RoPE positions; pos_offset = pos − cache index.
-  Tensor qsa(Backend& be, const Qsa& w, QsaCache& cache, const Tensor& u, const std::vector<int64_t>& pos,
-             int64_t slot0, int64_t pos_offset, int64_t& ties) const {
-    const int64_t T = u.rows(), H = c_.H, hd = c_.hd, Hkv = c_.Hkv, S = slot0 + T;
+  // QSA (§3.8): block indexer selection, then gated GQA attention over the selected keys. Projections and
+  // norms over all rows; RoPE, the indexer (append + select), the cache writes and the softmax per entry.
+  Tensor qsa(Backend& be, const Qsa& w, const Tensor& u, std::span<const QsaSlot> slots) const {
+    const int64_t T = u.rows(), H = c_.H, hd = c_.hd, Hkv = c_.Hkv;
     const RopeSpec rs = rope_spec();
     // indexer
     Tensor qk = be.alloc({T, (c_.Hi + 1) * c_.dI});
@@ -601,7 +626,6 @@ class Qwen4Exp final : public Model {
     Tensor qi2 = qi.view({T, c_.Hi * c_.dI});
     be.take_cols(qi2, qk, 0);
     be.rms_norm(qi2, qi2, w.idx_q_norm, c_.eps, NormKind::OnePlus, c_.dI);
-    be.rope(qi, pos, rs);
     Tensor kraw = be.alloc({T, c_.dI});
     be.take_cols(kraw, qk, c_.Hi * c_.dI);
     QsaIndexSpec spec;
@@ -610,11 +634,7 @@ class Qwen4Exp final : public Model {
     spec.rot_dim = static_cast<int>(c_.rot);
     spec.theta = c_.theta;
     spec.eps = c_.eps;
-    spec.pos_offset = pos_offset;
-    be.qsa_index_append(cache.raw, cache.blocks, kraw, slot0, *w.idx_k_norm, spec);
-    Tensor allowed = be.alloc({T, S});
-    ties += be.qsa_index_select(allowed, qi, cache.blocks, slot0, spec);
-    // attention
+    // attention projections
     Tensor qg = be.alloc({T, H * 2 * hd});
     be.matmul(qg, u, *w.q);
     qg = qg.view({T * H, 2 * hd});
@@ -623,16 +643,30 @@ class Qwen4Exp final : public Model {
     be.take_cols(q2, qg, 0);
     be.take_cols(gate2, qg, hd);
     be.rms_norm(q2, q2, w.q_norm, c_.eps, NormKind::OnePlus, hd);
-    be.rope(q, pos, rs);
-    Tensor k = cache.K.slice(slot0, T), v = cache.V.slice(slot0, T);
+    Tensor k = be.alloc({T, Hkv, hd}), v = be.alloc({T, Hkv, hd});
     Tensor k2 = k.view({T, Hkv * hd}), v2 = v.view({T, Hkv * hd});
     be.matmul(k2, u, *w.k);
     be.rms_norm(k2, k2, w.k_norm, c_.eps, NormKind::OnePlus, hd);
-    be.rope(k, pos, rs);
     be.matmul(v2, u, *w.v);
     Tensor o = be.alloc({T, H, hd});
-    be.attention(o, q, cache.K.slice(0, S), cache.V.slice(0, S), slot0,
-                 1.0f / std::sqrt(static_cast<float>(hd)), &allowed);
+    for (const QsaSlot& s : slots) {
+      QsaCache& cache = *s.cache;
+      const int64_t S = s.slot0 + s.T;
+      Tensor qis = qi.slice(s.r0, s.T);
+      be.rope(qis, *s.pos, rs);
+      spec.pos_offset = s.pos_offset;
+      be.qsa_index_append(cache.raw, cache.blocks, kraw.slice(s.r0, s.T), s.slot0, *w.idx_k_norm, spec);
+      Tensor allowed = be.alloc({s.T, S});
+      *s.ties += be.qsa_index_select(allowed, qis, cache.blocks, s.slot0, spec);
+      Tensor qs = q.slice(s.r0, s.T), kd = cache.K.slice(s.slot0, s.T), vd = cache.V.slice(s.slot0, s.T);
+      be.rope(qs, *s.pos, rs);
+      be.copy(kd, k.slice(s.r0, s.T));
+      be.rope(kd, *s.pos, rs);
+      be.copy(vd, v.slice(s.r0, s.T));
+      Tensor os = o.slice(s.r0, s.T);
+      be.attention(os, qs, cache.K.slice(0, S), cache.V.slice(0, S), s.slot0,
+                   1.0f / std::sqrt(static_cast<float>(hd)), &allowed);
+    }
     Tensor og = o.view({T, H * hd});
     be.sigmoid_mul(og, og, gate);
     Tensor y = be.alloc({T, c_.D});
@@ -640,29 +674,10 @@ class Qwen4Exp final : public Model {
     return y;
   }
 
-  // Softmax top-k MoE with a σ-gated shared expert (§1.3).
-  Tensor moe(Backend& be, const Moe& m, const Tensor& u) const {
-    const int64_t T = u.rows(), D = c_.D;
-    Tensor logits = be.alloc({T, c_.E});
-    be.matmul(logits, u, *m.router);
-    Tensor ids = be.alloc({T, c_.top_k}, ElemType::I32), wts = be.alloc({T, c_.top_k});
-    RouterSpec rs;
-    rs.top_k = static_cast<int>(c_.top_k);
-    rs.renormalize = c_.norm_topk;
-    be.route_softmax_topk(ids, wts, logits, rs);
-    Tensor y = be.alloc({T, D});
-    be.moe_experts(y, u, ids, wts, m.experts);
-    Tensor g = be.alloc({T, c_.Is}), up = be.alloc({T, c_.Is});
-    be.matmul(g, u, *m.sh_gate);
-    be.matmul(up, u, *m.sh_up);
-    be.swiglu(g, g, up);
-    Tensor sh = be.alloc({T, D});
-    be.matmul(sh, g, *m.sh_down);
-    Tensor sg = be.alloc({T, 1});
-    be.matmul(sg, u, *m.sh_gate_w);
-    be.activate(sg, sg, Act::Sigmoid);
-    be.scale_rows(sh, sh, sg);
-    be.add(y, y, sh);
+  // Softmax top-k MoE with a σ-gated shared expert (§1.3), over every row of the batch.
+  Tensor moe(Backend& be, const QwenMoe& m, const Tensor& u) const {
+    Tensor y = be.alloc({u.rows(), c_.D});
+    qwen_moe(be, m, c_, u, y);
     return y;
   }
 

@@ -1,0 +1,86 @@
+// Row bookkeeping shared by the families' forward_batch (see batch_rows.h).
+#include "models/batch_rows.h"
+
+#include <string>
+
+#include "core/error.h"
+
+namespace bloomery {
+
+BatchRows batch_rows(std::span<const Model::BatchEntry> entries, int64_t vocab) {
+  BatchRows b;
+  b.e.reserve(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Model::BatchEntry& en = entries[i];
+    if (!en.state) raise("E_BATCH", Where{"", "", "entries"}, "a sequence state per entry", "null");
+    for (size_t j = 0; j < i; ++j)
+      if (entries[j].state == en.state)
+        raise("E_BATCH", Where{"", "", "entries"}, "each sequence once per pass",
+              "entries " + std::to_string(j) + " and " + std::to_string(i) + " share a state");
+    const int64_t T = static_cast<int64_t>(en.ids.size());
+    if (T == 0) raise("E_PROMPT", Where{"", "", "ids"}, "at least one token", "none");
+    const SequenceState& st = *en.state;
+    if (st.pos + T > st.capacity)
+      raise("E_CONTEXT_FULL", Where{"", "", "capacity"}, "at most " + std::to_string(st.capacity) + " tokens",
+            std::to_string(st.pos + T));
+    EntryRows r;
+    r.r0 = b.total;
+    r.T = T;
+    r.p0 = st.pos;
+    r.pos.resize(T);
+    for (int64_t t = 0; t < T; ++t) r.pos[t] = st.pos + t;
+    for (int32_t id : en.ids) {
+      if (id < 0 || id >= vocab)
+        raise("E_TOKEN_RANGE", Where{"", "", "ids"}, "token ids below " + std::to_string(vocab),
+              std::to_string(id));
+      b.tok.push_back(id);
+    }
+    b.total += T;
+    b.e.push_back(std::move(r));
+  }
+  return b;
+}
+
+void batch_advance(std::span<const Model::BatchEntry> entries) {
+  for (const Model::BatchEntry& en : entries) {
+    en.state->pos += static_cast<int64_t>(en.ids.size());
+    en.state->history.insert(en.state->history.end(), en.ids.begin(), en.ids.end());
+  }
+}
+
+std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::BatchEntry> entries,
+                                        const BatchRows& b, const Tensor& hidden, const Weight& head,
+                                        const std::function<Tensor(const Tensor&)>& head_in) {
+  // Which rows want logits: all of an entry's, or its last.
+  int64_t R = 0;
+  bool every_row = true;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    R += entries[i].all_logits ? b.e[i].T : 1;
+    every_row = every_row && (entries[i].all_logits || b.e[i].T == 1);
+  }
+  Tensor sel = hidden;
+  if (!every_row) {
+    sel = be.alloc({R, hidden.cols()});
+    int64_t k = 0;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const int64_t n = entries[i].all_logits ? b.e[i].T : 1;
+      Tensor dst = sel.slice(k, n);
+      be.copy(dst, hidden.slice(b.e[i].r0 + b.e[i].T - n, n));
+      k += n;
+    }
+  }
+  Tensor x = head_in ? head_in(sel) : sel;
+  Tensor logits = be.alloc({R, head.rows()});
+  be.matmul(logits, x, head);
+  std::vector<ForwardResult> out(entries.size());
+  int64_t k = 0;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const int64_t n = entries[i].all_logits ? b.e[i].T : 1;
+    out[i].logits = logits.slice(k, n);
+    out[i].hidden = hidden.slice(b.e[i].r0, b.e[i].T);
+    k += n;
+  }
+  return out;
+}
+
+}  // namespace bloomery

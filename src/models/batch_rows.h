@@ -1,0 +1,44 @@
+// Row bookkeeping for Model::forward_batch, shared by the families: the entries' token rows concatenated into
+// one [ΣT, ...] batch, each entry's row range and positions, the checks made before any state changes, and
+// the logits step (the rows that want logits go through the head in ONE matmul).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "models/model.h"
+
+namespace bloomery {
+
+// One entry's rows in the batch.
+struct EntryRows {
+  int64_t r0 = 0, T = 0;     // rows [r0, r0 + T) of the batch
+  int64_t p0 = 0;            // the state's position of the first row (state.pos before the pass)
+  std::vector<int64_t> pos;  // p0 … p0 + T − 1
+};
+
+struct BatchRows {
+  std::vector<EntryRows> e;  // in entry order
+  std::vector<int64_t> tok;  // every row's token id, entries one after another
+  int64_t total = 0;         // ΣT
+};
+
+// Checks every entry before anything changes, so a refused batch leaves every state as it was: a state, at
+// least one id, ids below `vocab` (E_TOKEN_RANGE), room for T more tokens (E_CONTEXT_FULL), no state twice
+// (E_BATCH).
+BatchRows batch_rows(std::span<const Model::BatchEntry> entries, int64_t vocab);
+
+// After the pass: every entry's state moves past its ids (pos, history).
+void batch_advance(std::span<const Model::BatchEntry> entries);
+
+// The results of a pass from hidden [ΣT, C]: each entry's hidden is its rows of `hidden` (a view); its
+// logits are those of all its rows or the last one. The chosen rows are gathered, mapped by `head_in` (the
+// final hyper-connection read; empty: identity) and multiplied by `head` in one matmul, then sliced per
+// entry.
+std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::BatchEntry> entries,
+                                        const BatchRows& b, const Tensor& hidden, const Weight& head,
+                                        const std::function<Tensor(const Tensor&)>& head_in = {});
+
+}  // namespace bloomery
