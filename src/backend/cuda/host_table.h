@@ -1,12 +1,18 @@
 // A row table the CUDA backend keeps in HOST memory in its stored format (the qwen4_exp PLE n-gram table:
 // 320,001,536 rows × 160, 47.7 GiB in FP8), never decoded whole and never put on the card.
 //
-// How a gather works (cuda_host_table.cc): the requested rows' stored bytes (elements, and their block scales
-// or scale-grid rows) are packed by the CPU into a pinned staging buffer, sent with ONE cudaMemcpyAsync on
-// the backend's stream, and one kernel decodes them to f32 rows on the card with the same arithmetic as the
-// CPU decoders (dequant.cu), so a gather equals the CPU backend's gather_rows bit for bit.
+// How a gather works (host_table/host_table.cc): the requested rows' stored bytes (elements, and their block
+// scales or scale-grid rows) are packed by the CPU into a pinned staging buffer, sent with ONE
+// cudaMemcpyAsync on the backend's stream, and one kernel decodes them to f32 rows on the card with the same
+// arithmetic as the CPU decoders (dequant.cu), so a gather equals the CPU backend's gather_rows bit for bit.
 // Backend::prefetch_rows packs the next step's rows in the background so the next gather with those ids only
-// issues the copy.
+// issues the copy. A prefetch is used by the gather whose id list is EXACTLY the same (same rows, same
+// order); any other gather packs its own rows (same result, no time saved). Up to 16 prefetches may be
+// pending per table (one per sequence of a batch); beyond that the oldest is dropped. Staging is pinned
+// memory that grows to the largest gather seen (10 MiB for a 4K-token FP8 prompt) per slot in use.
+//
+// Implementation: cuda_host_table.cc (CudaBackend entry points), host_table/host_table.cc (packing, staging,
+// prefetch), host_table/checkpoint_table.cc (mapping a checkpoint's shards).
 //
 // Two ways in:
 //   * CudaBackend::stream_weight (a checkpoint's table): its shard files are mapped read-only (mmap); with
