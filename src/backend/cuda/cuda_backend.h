@@ -62,6 +62,7 @@ class CudaBackend final : public Backend {
   void matmul(Tensor& out, const Tensor& x, const Weight& w) override;
   void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) override;
   void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) override;
+  void prefetch_rows(const Weight& table, std::span<const int64_t> ids) override;
 
   void rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
                 int64_t group = 0) override;
