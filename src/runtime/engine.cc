@@ -1,4 +1,5 @@
-// Engine: owns the sequence states and runs the model's forward per sequence.
+// Engine: owns the sequence states; a prefill runs one sequence's chunk, a decode every listed sequence's
+// token in one batched pass (Model::forward_batch).
 #include "runtime/engine.h"
 
 #include "core/error.h"
@@ -34,12 +35,16 @@ std::vector<float> Engine::prefill(SeqId seq, std::span<const int32_t> ids, bool
 std::vector<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std::span<const int32_t> ids) {
   if (seqs.size() != ids.size())
     raise("E_BATCH", Where{"", "", "ids"}, std::to_string(seqs.size()) + " ids", std::to_string(ids.size()));
+  // One pass over every sequence's token: the model reads each weight once for all of them.
+  std::vector<Model::BatchEntry> batch;
+  batch.reserve(seqs.size());
+  for (size_t i = 0; i < seqs.size(); ++i) batch.push_back({&state(seqs[i]), ids.subspan(i, 1), false});
+  std::vector<ForwardResult> r = model_.forward_batch(backend_, batch);
   std::vector<std::vector<float>> out;
   out.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {
-    ForwardResult r = model_.forward(backend_, state(seqs[i]), ids.subspan(i, 1), false);
-    hidden_[seqs[i]] = r.hidden;
-    out.push_back(backend_.download(r.logits));
+    hidden_[seqs[i]] = r[i].hidden;
+    out.push_back(backend_.download(r[i].logits));
   }
   return out;
 }

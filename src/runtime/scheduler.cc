@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/error.h"
+
 namespace bloomery {
 
 using Clock = std::chrono::steady_clock;
@@ -34,19 +36,73 @@ std::unique_ptr<SequenceState> ModelStepEngine::new_state(int64_t capacity) {
   return model_.new_state(backend_, capacity);
 }
 
+// What Model::forward_batch refuses before touching any state (models/batch_rows.cc makes the same checks;
+// repeated here because the server's scheduler library links no model code).
+static void check_item(const StepItem& it, int64_t vocab) {
+  const int64_t T = static_cast<int64_t>(it.ids.size());
+  if (T == 0) raise("E_PROMPT", Where{"", "", "ids"}, "at least one token", "none");
+  if (it.state->pos + T > it.state->capacity)
+    raise("E_CONTEXT_FULL", Where{"", "", "capacity"},
+          "at most " + std::to_string(it.state->capacity) + " tokens", std::to_string(it.state->pos + T));
+  for (int32_t id : it.ids)
+    if (id < 0 || id >= vocab)
+      raise("E_TOKEN_RANGE", Where{"", "", "ids"}, "token ids below " + std::to_string(vocab),
+            std::to_string(id));
+}
+
+// The last row of an item's logits, downloaded.
+static void take_logits(Backend& be, const ForwardResult& r, StepItem& it) {
+  if (!it.want_logits) return;
+  std::vector<float> all = be.download(r.logits);
+  const int64_t v = r.logits.cols();
+  it.logits.assign(all.end() - v, all.end());  // the last position's row
+}
+
 void ModelStepEngine::forward(std::span<StepItem> items) {
+  // Each item is checked on its own first (the same checks forward_batch makes before touching any state),
+  // so one sequence out of room fails alone and the others still share the pass.
+  std::vector<Model::BatchEntry> batch;
+  std::vector<StepItem*> owners;
+  const int64_t vocab = model_.info().vocab_size;
   for (auto& it : items) {
     try {
-      ForwardResult r = model_.forward(backend_, *it.state, it.ids, false);
-      if (it.want_logits) {
-        std::vector<float> all = backend_.download(r.logits);
-        int64_t v = r.logits.cols();
-        it.logits.assign(all.end() - v, all.end());  // the last position's row
-      }
-    } catch (const std::exception& e) {
-      it.error = e.what();
+      check_item(it, vocab);
+    } catch (const std::exception& ex) {
+      it.error = ex.what();
+      continue;
     }
+    batch.push_back({it.state, it.ids, false});
+    owners.push_back(&it);
   }
+  if (batch.empty()) return;
+  try {
+    std::vector<ForwardResult> r = model_.forward_batch(backend_, batch);
+    for (size_t i = 0; i < owners.size(); ++i) take_logits(backend_, r[i], *owners[i]);
+    return;
+  } catch (const Error& ex) {
+    // A refusal of the batch as a whole comes before any state changed: run the entries one by one so that
+    // only the offending one fails. Any other failure may have left states half-advanced: all fail.
+    const std::string id = ex.id();
+    const bool before_any_change =
+        id == "E_BATCH" || id == "E_PROMPT" || id == "E_CONTEXT_FULL" || id == "E_TOKEN_RANGE";
+    for (size_t i = 0; i < owners.size(); ++i) {
+      if (!before_any_change) {
+        owners[i]->error = ex.what();
+        continue;
+      }
+      try {
+        take_logits(backend_, model_.forward(backend_, *batch[i].state, batch[i].ids, false), *owners[i]);
+      } catch (const std::exception& e) {
+        owners[i]->error = e.what();
+      }
+    }
+  } catch (const std::exception& ex) {
+    for (StepItem* it : owners) it->error = ex.what();
+  }
+}
+
+void ModelStepEngine::prefetch(SequenceState& state, std::span<const int32_t> ids) {
+  model_.prefetch(backend_, state, ids);
 }
 
 struct Scheduler::Slot {
@@ -263,6 +319,22 @@ void Scheduler::step() {
   }
   rr_ = (rr_ + 1) % std::max<size_t>(n, 1);
   if (items.empty()) return;
+
+  // Readahead: a prompt that goes on after this step's chunk tells the engine about this chunk and the next,
+  // so what the next step reads (the PLE table rows) is fetched while this step computes.
+  for (size_t i = 0; i < items.size(); ++i) {
+    Slot& s = *owners[i];
+    if (!s.prompting()) continue;
+    const int64_t done = s.n_prompt_done, take = static_cast<int64_t>(items[i].ids.size());
+    const int64_t after = static_cast<int64_t>(s.req.prompt.size()) - done - take;
+    if (after <= 0) continue;
+    const int64_t next = std::min(after, config_.n_ubatch);
+    try {
+      engine_.prefetch(*s.state, std::span<const int32_t>(s.req.prompt.data() + done, take + next));
+    } catch (const std::exception&) {
+      // A hint only: the step itself reports any real problem.
+    }
+  }
 
   auto t0 = Clock::now();
   engine_.forward(items);

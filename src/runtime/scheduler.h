@@ -37,17 +37,21 @@ class StepEngine {
   virtual int64_t vocab_size() const = 0;
   virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) = 0;
   virtual void forward(std::span<StepItem> items) = 0;
+  // Hint before a step: `ids` will be consumed by `state` over this step and the next (the current prompt
+  // chunk, then the next one), so the engine may start fetching what they read. Default: nothing.
+  virtual void prefetch(SequenceState& state, std::span<const int32_t> ids) {}
 };
 
-// The engine over a Model and a Backend. Model::forward takes one sequence per call, so a step runs its
-// sequences one after another inside the same pass (a true cross-sequence batched forward needs the
-// interface change proposed in the server's report).
+// The engine over a Model and a Backend: a step is ONE Model::forward_batch over every item (decode tokens
+// and prompt chunks together), so all sequences share one read of every weight. An item that cannot run (no
+// room left, a bad token id) fails alone: it is checked before the pass and left out of it.
 class ModelStepEngine : public StepEngine {
  public:
   ModelStepEngine(Model& model, Backend& backend) : model_(model), backend_(backend) {}
   int64_t vocab_size() const override { return model_.info().vocab_size; }
   std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
   void forward(std::span<StepItem> items) override;
+  void prefetch(SequenceState& state, std::span<const int32_t> ids) override;
 
  private:
   Model& model_;
