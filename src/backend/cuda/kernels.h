@@ -67,15 +67,26 @@ void scatter_add_scaled(float* out, const float* ys, const int32_t* rows, const 
                         const float* wts, int64_t count, int64_t D, cudaStream_t s);
 
 // ---- linear attention ------------------------------------------------------------------------------------
+// Causal depthwise conv1d over x[T, C] with the last (K−1)·dilation inputs per channel carried in state[C,
+// P]: one thread per output (any T in one launch), then a per-channel state update.
 void causal_conv1d(float* out, const float* x, const float* w, float* state, int64_t T, int64_t C, int64_t K,
                    int dilation, int act, cudaStream_t s);
 void gdn_gates(float* g, float* beta, const float* a, const float* b, const float* A_log,
                const float* dt_bias, int64_t T, int64_t Hv, cudaStream_t s);
-// Token-by-token gated delta rule, f32 state in registers (dk ≤ 128 per thread column, dv threads per head).
+// Gated delta rule (Backend::gated_delta_rule), f32 state [Hv, dk, dv]; dk, dv ≤ 128, any sizes below.
+constexpr int kGdnMaxDk = 128;
+constexpr int kGdnMaxDv = 128;
+constexpr int kGdnChunk = 64;
+// Step form (decode; token by token): state in registers, dv split across blocks.
 void gated_delta_rule(float* out, const float* q, const float* k, const float* v, const float* g,
                       const float* beta, float* state, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
                       int64_t dv, bool l2norm_qk, cudaStream_t s);
-constexpr int kGdnMaxDk = 128;
+// Chunked prompt form (chunks of kGdnChunk tokens). ws: gdn_chunk_ws_floats(dk, dv) · Hv · ws_chunks floats;
+// the prompt is processed ws_chunks chunks at a time.
+int64_t gdn_chunk_ws_floats(int64_t dk, int64_t dv);
+void gated_delta_rule_chunked(float* out, const float* q, const float* k, const float* v, const float* g,
+                              const float* beta, float* state, float* ws, int64_t ws_chunks, int64_t T,
+                              int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, bool l2norm_qk, cudaStream_t s);
 
 // ---- sampling --------------------------------------------------------------------------------------------
 struct SampleParams {

@@ -1,5 +1,5 @@
-// Causal depthwise conv1d over time with carried state (one thread per channel walks the T tokens), and the
-// GDN gates g = −exp(A_log)·softplus(a + dt_bias), β = σ(b).
+// Causal depthwise conv1d over time with carried state (one thread per output, then the state update), and
+// the GDN gates g = −exp(A_log)·softplus(a + dt_bias), β = σ(b).
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -9,41 +9,59 @@
 namespace bloomery::cuda {
 namespace {
 
-__global__ void conv1d_k(float* out, const float* x, const float* w, float* state, int64_t T, int64_t C,
-                         int64_t K, int dil, int act) {
+// One thread per output (t, c): reads only (state, x), so all T·C outputs run in parallel in one launch.
+__global__ void conv1d_k(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,
+                         const float* __restrict__ state, int64_t T, int64_t C, int64_t K, int dil, int act) {
+  const int64_t P = (K - 1) * dil;
+  // Grid-stride: grid_for caps the grid, long prompts still take one launch.
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * C;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / C, c = i % C;
+    const float* S = state + c * P;
+    const float* wc = w + c * K;
+    float acc = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      // ext[e] = state[e] for e < P, x[e − P] after: the previous inputs followed by this call's.
+      const int64_t e = P + t - (K - 1 - j) * dil;
+      acc += wc[j] * (e < P ? S[e] : x[(e - P) * C + c]);
+    }
+    out[i] = act_apply(act, acc);
+  }
+}
+
+// New state: the last P inputs, after conv1d_k (stream order) has read the old state. Reads index T + e > e,
+// so the in-place walk never reads a slot it already wrote.
+__global__ void conv1d_state_k(const float* __restrict__ x, float* __restrict__ state, int64_t T, int64_t C,
+                               int64_t P) {
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
-  const int64_t P = (K - 1) * dil;
   float* S = state + c * P;
-  const float* wc = w + c * K;
-  // ext[i] = state[i] for i < P, x[i − P] after: the previous inputs followed by this call's.
-  auto ext = [&](int64_t i) { return i < P ? S[i] : x[(i - P) * C + c]; };
-  for (int64_t t = 0; t < T; ++t) {
-    float acc = 0.0f;
-    for (int64_t j = 0; j < K; ++j) acc += wc[j] * ext(P + t - (K - 1 - j) * dil);
-    out[t * C + c] = act_apply(act, acc);
-  }
-  // New state: the last P inputs. Reads index T + i > i, so the in-place walk never reads a written slot.
-  for (int64_t i = 0; i < P; ++i) S[i] = ext(T + i);
+  for (int64_t e = 0; e < P; ++e) S[e] = T + e < P ? S[T + e] : x[(T + e - P) * C + c];
 }
 
 __global__ void gdn_gates_k(float* g, float* beta, const float* a, const float* b, const float* A_log,
                             const float* dt_bias, int64_t T, int64_t Hv) {
-  const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
-  if (i >= T * Hv) return;
-  const int64_t h = i % Hv;
-  g[i] = -expf(A_log[h]) * act_apply(kActSoftplus, a[i] + dt_bias[h]);
-  beta[i] = act_apply(kActSigmoid, b[i]);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * Hv;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t h = i % Hv;
+    g[i] = -expf(A_log[h]) * act_apply(kActSoftplus, a[i] + dt_bias[h]);
+    beta[i] = act_apply(kActSigmoid, b[i]);
+  }
 }
 
 }  // namespace
 
 void causal_conv1d(float* out, const float* x, const float* w, float* state, int64_t T, int64_t C, int64_t K,
                    int dilation, int act, cudaStream_t s) {
-  if (C == 0) return;
-  conv1d_k<<<grid_for(C, 128), 128, 0, s>>>(out, x, w, state, T, C, K, dilation, act);
-  BLOOMERY_CUDA_CHECK_LAUNCH("causal_conv1d x[" + std::to_string(T) + ", " + std::to_string(C) + "] K " +
-                             std::to_string(K));
+  if (C == 0 || T == 0) return;
+  const std::string what =
+      "causal_conv1d x[" + std::to_string(T) + ", " + std::to_string(C) + "] K " + std::to_string(K);
+  conv1d_k<<<grid_for(T * C, 256), 256, 0, s>>>(out, x, w, state, T, C, K, dilation, act);
+  BLOOMERY_CUDA_CHECK_LAUNCH(what);
+  const int64_t P = (K - 1) * dilation;
+  if (P == 0) return;
+  conv1d_state_k<<<grid_for(C, 128), 128, 0, s>>>(x, state, T, C, P);
+  BLOOMERY_CUDA_CHECK_LAUNCH(what + " state");
 }
 
 void gdn_gates(float* g, float* beta, const float* a, const float* b, const float* A_log,

@@ -1,5 +1,5 @@
 // CudaBackend linear-attention ops: shape checks and launches of the causal conv1d, the GDN gates and the
-// gated delta rule (kernels in conv1d.cu and gated_delta.cu).
+// gated delta rule (kernels in conv1d.cu, gated_delta.cu (step form) and gated_delta_chunk.cu (chunked)).
 #include <algorithm>
 #include <cmath>
 
@@ -47,12 +47,22 @@ void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k
        g.shape_str() + " " + beta.shape_str());
   need(state.numel() == Hv * dk * dv, "gated_delta_rule", "state [Hv, dk, dv]", state.shape_str());
   need(out.numel() == T * Hv * dv, "gated_delta_rule", "out [T, Hv, dv]", out.shape_str());
-  need(dk <= kGdnMaxDk && dv % 32 == 0 && dv <= 1024, "gated_delta_rule",
-       "dk <= 128 and dv a multiple of 32 (CUDA kernel)", q.shape_str() + " " + v.shape_str());
-  // The prompt form runs the same recurrence for now (equal up to rounding); `chunked` is accepted.
-  (void)chunked;
-  cuda::gated_delta_rule(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), T, Hk, Hv,
-                         dk, dv, l2norm_qk, stream_);
+  need(dk >= 1 && dk <= kGdnMaxDk && dv >= 1 && dv <= kGdnMaxDv, "gated_delta_rule",
+       "dk, dv in 1..128 (CUDA kernels)", q.shape_str() + " " + v.shape_str());
+  if (T == 0 || Hv == 0) return;
+  if (!chunked) {
+    cuda::gated_delta_rule(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), T, Hk, Hv,
+                           dk, dv, l2norm_qk, stream_);
+    return;
+  }
+  // The chunked form's per-chunk records (W, U, Qe, Kdᵀ, Attn) live in a workspace of at most ~64 MiB: long
+  // prompts run slab by slab (the state carries between slabs), short ones in one.
+  const int64_t chunks = (T + kGdnChunk - 1) / kGdnChunk;
+  const int64_t per_chunk = cuda::gdn_chunk_ws_floats(dk, dv) * Hv;
+  const int64_t ws_chunks = std::clamp<int64_t>((int64_t{64} << 20) / 4 / per_chunk, 1, chunks);
+  Tensor ws = alloc({ws_chunks * per_chunk});
+  cuda::gated_delta_rule_chunked(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(),
+                                 ws.f32(), ws_chunks, T, Hk, Hv, dk, dv, l2norm_qk, stream_);
 }
 
 }  // namespace bloomery::cuda

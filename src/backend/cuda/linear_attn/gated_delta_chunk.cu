@@ -1,0 +1,307 @@
+// Gated delta rule (GDN), chunked prompt form (models.md §1.6, chunk 64, the WY / UT-transform form the CPU
+// backend's chunked path computes), f32 throughout. Two kernels per slab of chunks:
+//
+//  1. gdn_chunk_prep_k, one block per (chunk, value head), all chunks in parallel: everything that does not
+//     depend on the state. L2-normalised q, k; γ = cumulative log decay; Γ_ij = e^{γ_i − γ_j};
+//     A_ij = β_i (k_i·k_j) Γ_ij (strictly lower), Attn_ij = (q_i·k_j) Γ_ij (j ≤ i); the unit lower triangular
+//     solves U = (I + A)⁻¹ (β ⊙ V), W = (I + A)⁻¹ (β e^γ ⊙ K), one column per thread in registers; Qe = e^γ ⊙
+//     Q, Kd = e^{γ_last − γ} ⊙ K and the chunk decay e^{γ_last}. Written to a workspace.
+//  2. gdn_chunk_scan_k, one block per (value head, slice of 32 value columns): the sequential pass over the
+//     slab's chunks with the state slice S[:, b0:b0+32] in shared memory. Value columns are independent here,
+//     so dv splits across blocks. Per chunk: V' = U − W S, O = Qe S + Attn V', S ← e^{γ_last} S + Kdᵀ V'.
+//
+// Rows of a partial last chunk are zero (q = k = v = 0, g = 0, β = 0), which leaves every result unchanged.
+// Key dims are padded to a multiple of 4 (zeros) so the workspace rows load as float4.
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/device_math.cuh"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr int kC = kGdnChunk;  // 64 tokens per chunk
+constexpr int kPrepThreads = 256;
+constexpr int kScanCols = 32;
+constexpr int kScanWarps = 8;
+constexpr int kScanThreads = kScanCols * kScanWarps;
+
+__host__ __device__ inline int pad4(int64_t n) {
+  return static_cast<int>((n + 3) / 4 * 4);
+}
+
+// Offsets (floats) of one (chunk, head) record in the workspace.
+struct ChunkLayout {
+  int dkp, dv;
+  __host__ __device__ int w() const { return 0; }                  // W    [64][dkp]
+  __host__ __device__ int qe() const { return kC * dkp; }          // Qe   [64][dkp]
+  __host__ __device__ int kdt() const { return 2 * kC * dkp; }     // Kdᵀ  [dkp][64]
+  __host__ __device__ int attn() const { return 3 * kC * dkp; }    // Attn [64][64]
+  __host__ __device__ int u() const { return attn() + kC * kC; }   // U    [64][dv]
+  __host__ __device__ int decay() const { return u() + kC * dv; }  // e^{γ_last}
+  __host__ __device__ int size() const { return decay() + 4; }     // keeps records 16-byte aligned
+};
+
+// ---- 1. per-chunk preparation -----------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kPrepThreads)
+    gdn_chunk_prep_k(float* __restrict__ ws, const float* __restrict__ q, const float* __restrict__ k,
+                     const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
+                     int64_t T, int64_t chunk0, int64_t Hk, int64_t Hv, int dk, int dv, bool l2) {
+  extern __shared__ float smem[];
+  const ChunkLayout lay{pad4(dk), dv};
+  const int dkp = lay.dkp, ldk = dkp + 1;  // +1: rows of Ks/Qs start in different banks
+  float* Ks = smem;                        // [64][ldk] normalised k
+  float* Qs = Ks + kC * ldk;               // [64][ldk] normalised, scaled q
+  float* As = Qs + kC * ldk;               // [64][65]  strictly lower A
+  float* cum = As + kC * (kC + 1);         // [64]      γ
+  float* bet = cum + kC;                   // [64]      β
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t n = blockIdx.x, h = blockIdx.y, kh = h / (Hv / Hk);
+  const int64_t c0 = (chunk0 + n) * kC;
+  float* rec = ws + (n * Hv + h) * lay.size();
+
+  // Rows: normalise q, k (one warp per row), gates.
+  const float qscale = 1.0f / sqrtf(static_cast<float>(dk));
+  for (int i = warp; i < kC; i += kPrepThreads / 32) {
+    const int64_t t = c0 + i;
+    const bool live = t < T;
+    const float* qr = q + (t * Hk + kh) * dk;
+    const float* kr = k + (t * Hk + kh) * dk;
+    float qn = 1.0f, kn = 1.0f;
+    if (live && l2) {
+      float sq = 0.0f, sk = 0.0f;
+      for (int a = lane; a < dk; a += 32) sq += qr[a] * qr[a], sk += kr[a] * kr[a];
+      sq = warp_reduce_sum(sq), sk = warp_reduce_sum(sk);
+      qn = 1.0f / sqrtf(sq + 1e-6f);
+      kn = 1.0f / sqrtf(sk + 1e-6f);
+    }
+    for (int a = lane; a < dkp; a += 32) {
+      const bool in = live && a < dk;
+      Qs[i * ldk + a] = in ? (qr[a] * qn) * qscale : 0.0f;
+      Ks[i * ldk + a] = in ? kr[a] * kn : 0.0f;
+    }
+    if (lane == 0) {
+      cum[i] = live ? g[t * Hv + h] : 0.0f;
+      bet[i] = live ? beta[t * Hv + h] : 0.0f;
+    }
+  }
+  __syncthreads();
+  if (tid == 0) {  // sequential, as the CPU sums it
+    float acc = 0.0f;
+    for (int i = 0; i < kC; ++i) cum[i] = acc += cum[i];
+  }
+  __syncthreads();
+
+  // A and Attn: a 4 × 4 tile of (i, j) per thread, i = ti + 16r, j = tj + 16c (conflict-free Ks[j] reads).
+  {
+    const int ti = tid / 16, tj = tid % 16;
+    float kk[4][4] = {}, qk[4][4] = {};
+    for (int a = 0; a < dk; ++a) {
+      float ki[4], qi[4], kj[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        ki[r] = Ks[(ti + 16 * r) * ldk + a];
+        qi[r] = Qs[(ti + 16 * r) * ldk + a];
+        kj[r] = Ks[(tj + 16 * r) * ldk + a];
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          kk[r][c] = fmaf(ki[r], kj[c], kk[r][c]);
+          qk[r][c] = fmaf(qi[r], kj[c], qk[r][c]);
+        }
+    }
+    float* Attn = rec + lay.attn();
+#pragma unroll
+    for (int r = 0; r < 4; ++r)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        const int i = ti + 16 * r, j = tj + 16 * c;
+        const float gamma = j <= i ? expf(cum[i] - cum[j]) : 0.0f;  // j > i: e^{+} may overflow; never used
+        As[i * (kC + 1) + j] = j < i ? (bet[i] * kk[r][c]) * gamma : 0.0f;
+        Attn[i * kC + j] = j <= i ? qk[r][c] * gamma : 0.0f;
+      }
+  }
+  __syncthreads();
+
+  // Forward substitution with I + A, one right-hand-side column per thread: v columns (→ U), then the padded
+  // k columns (→ W). Rows in registers; A reads are block-wide broadcasts.
+  for (int col = tid; col < dv + dkp; col += kPrepThreads) {
+    float x[kC];
+    const bool is_v = col < dv;
+    const int a = col - dv;
+#pragma unroll
+    for (int i = 0; i < kC; ++i) {
+      const int64_t t = c0 + i;
+      if (is_v)
+        x[i] = t < T ? v[(t * Hv + h) * dv + col] * bet[i] : 0.0f;
+      else
+        x[i] = (Ks[i * ldk + a] * bet[i]) * expf(cum[i]);
+    }
+#pragma unroll
+    for (int i = 1; i < kC; ++i)
+#pragma unroll
+      for (int j = 0; j < i; ++j) x[i] = fmaf(-As[i * (kC + 1) + j], x[j], x[i]);
+    if (is_v) {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) rec[lay.u() + i * dv + col] = x[i];
+    } else {
+#pragma unroll
+      for (int i = 0; i < kC; ++i) rec[lay.w() + i * dkp + a] = x[i];
+    }
+  }
+
+  // Qe = e^γ ⊙ Q, Kdᵀ = (e^{γ_last − γ} ⊙ K)ᵀ, chunk decay.
+  const float last = cum[kC - 1];  // = γ of the chunk's last live row (padding adds g = 0)
+  for (int e = tid; e < kC * dkp; e += kPrepThreads) {
+    const int i = e / dkp, a = e % dkp;
+    rec[lay.qe() + e] = Qs[i * ldk + a] * expf(cum[i]);
+  }
+  for (int e = tid; e < kC * dkp; e += kPrepThreads) {
+    const int a = e / kC, i = e % kC;
+    rec[lay.kdt() + e] = Ks[i * ldk + a] * expf(last - cum[i]);
+  }
+  if (tid == 0) rec[lay.decay()] = expf(last);
+}
+
+// ---- 2. sequential scan over chunks -----------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kScanThreads)
+    gdn_chunk_scan_k(float* __restrict__ out, float* __restrict__ state, const float* __restrict__ ws,
+                     int64_t T, int64_t chunk0, int64_t nchunks, int64_t Hv, int dk, int dv) {
+  __shared__ float Ss[kGdnMaxDk][kScanCols];  // state slice, rows ≥ dk zero
+  __shared__ float Vn[kC][kScanCols];         // V' of the current chunk
+  const ChunkLayout lay{pad4(dk), dv};
+  const int dkp = lay.dkp;
+  const int tx = threadIdx.x % kScanCols, ty = threadIdx.x / kScanCols;
+  const int64_t h = blockIdx.y;
+  const int b = blockIdx.x * kScanCols + tx;
+  const bool col = b < dv;
+  float* S = state + h * static_cast<int64_t>(dk) * dv;
+  for (int a = ty; a < dkp; a += kScanWarps)
+    Ss[a][tx] = (col && a < dk) ? S[static_cast<int64_t>(a) * dv + b] : 0.0f;
+  __syncthreads();
+
+  constexpr int kRowsPerWarp = kC / kScanWarps;  // 8 chunk rows i = ty + 8r per thread
+  for (int64_t n = 0; n < nchunks; ++n) {
+    const float* rec = ws + (n * Hv + h) * lay.size();
+    // V' = U − W S and Qe S, sharing the S reads.
+    float ws_acc[kRowsPerWarp] = {}, qs_acc[kRowsPerWarp] = {};
+    for (int a = 0; a < dkp; a += 4) {
+      const float s0 = Ss[a][tx], s1 = Ss[a + 1][tx], s2 = Ss[a + 2][tx], s3 = Ss[a + 3][tx];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int i = ty + kScanWarps * r;
+        const float4 w4 = *reinterpret_cast<const float4*>(rec + lay.w() + i * dkp + a);
+        const float4 q4 = *reinterpret_cast<const float4*>(rec + lay.qe() + i * dkp + a);
+        ws_acc[r] = fmaf(w4.x, s0, ws_acc[r]);
+        ws_acc[r] = fmaf(w4.y, s1, ws_acc[r]);
+        ws_acc[r] = fmaf(w4.z, s2, ws_acc[r]);
+        ws_acc[r] = fmaf(w4.w, s3, ws_acc[r]);
+        qs_acc[r] = fmaf(q4.x, s0, qs_acc[r]);
+        qs_acc[r] = fmaf(q4.y, s1, qs_acc[r]);
+        qs_acc[r] = fmaf(q4.z, s2, qs_acc[r]);
+        qs_acc[r] = fmaf(q4.w, s3, qs_acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int i = ty + kScanWarps * r;
+      Vn[i][tx] = col ? rec[lay.u() + i * dv + b] - ws_acc[r] : 0.0f;
+    }
+    __syncthreads();  // Vn complete; Ss no longer read by other threads in this chunk
+
+    // O = Qe S + Attn V' (Attn is zero above the diagonal; the full rows keep the V' reads shared by 8 rows).
+    const int64_t c0 = (chunk0 + n) * kC;
+    float at_acc[kRowsPerWarp] = {};
+    for (int j = 0; j < kC; j += 4) {
+      const float v0 = Vn[j][tx], v1 = Vn[j + 1][tx], v2 = Vn[j + 2][tx], v3 = Vn[j + 3][tx];
+#pragma unroll
+      for (int r = 0; r < kRowsPerWarp; ++r) {
+        const int i = ty + kScanWarps * r;
+        const float4 a4 = *reinterpret_cast<const float4*>(rec + lay.attn() + i * kC + j);
+        at_acc[r] = fmaf(a4.x, v0, at_acc[r]);
+        at_acc[r] = fmaf(a4.y, v1, at_acc[r]);
+        at_acc[r] = fmaf(a4.z, v2, at_acc[r]);
+        at_acc[r] = fmaf(a4.w, v3, at_acc[r]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRowsPerWarp; ++r) {
+      const int64_t t = c0 + ty + kScanWarps * r;
+      if (col && t < T) out[(t * Hv + h) * dv + b] = qs_acc[r] + at_acc[r];
+    }
+
+    // S ← e^{γ_last} S + Kdᵀ V' on this thread's rows a = ty + 8m (each thread updates only its own entries).
+    constexpr int kStateRows = kGdnMaxDk / kScanWarps;
+    const float decay = rec[lay.decay()];
+    float s_acc[kStateRows];
+#pragma unroll
+    for (int m = 0; m < kStateRows; ++m) {
+      const int a = ty + kScanWarps * m;
+      s_acc[m] = a < dkp ? Ss[a][tx] * decay : 0.0f;
+    }
+    for (int i = 0; i < kC; i += 4) {
+      const float v0 = Vn[i][tx], v1 = Vn[i + 1][tx], v2 = Vn[i + 2][tx], v3 = Vn[i + 3][tx];
+#pragma unroll
+      for (int m = 0; m < kStateRows; ++m) {
+        const int a = ty + kScanWarps * m;
+        if (a < dkp) {
+          const float4 k4 = *reinterpret_cast<const float4*>(rec + lay.kdt() + a * kC + i);
+          s_acc[m] = fmaf(k4.x, v0, s_acc[m]);
+          s_acc[m] = fmaf(k4.y, v1, s_acc[m]);
+          s_acc[m] = fmaf(k4.z, v2, s_acc[m]);
+          s_acc[m] = fmaf(k4.w, v3, s_acc[m]);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kStateRows; ++m) {
+      const int a = ty + kScanWarps * m;
+      if (a < dkp) Ss[a][tx] = s_acc[m];
+    }
+    __syncthreads();  // Ss updated before the next chunk reads it; Vn free to rewrite
+  }
+  for (int a = ty; a < dk; a += kScanWarps)
+    if (col) S[static_cast<int64_t>(a) * dv + b] = Ss[a][tx];
+}
+
+}  // namespace
+
+int64_t gdn_chunk_ws_floats(int64_t dk, int64_t dv) {
+  return ChunkLayout{pad4(dk), static_cast<int>(dv)}.size();
+}
+
+void gated_delta_rule_chunked(float* out, const float* q, const float* k, const float* v, const float* g,
+                              const float* beta, float* state, float* ws, int64_t ws_chunks, int64_t T,
+                              int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, bool l2norm_qk,
+                              cudaStream_t s) {
+  if (Hv == 0 || dv == 0 || T == 0) return;
+  const std::string what = "gated_delta_rule (chunked) q[" + std::to_string(T) + ", " + std::to_string(Hk) +
+                           ", " + std::to_string(dk) + "] v[" + std::to_string(Hv) + ", " +
+                           std::to_string(dv) + "]";
+  if (dk < 1 || dk > kGdnMaxDk || dv > kGdnMaxDv || Hk < 1 || Hv % Hk != 0 || ws_chunks < 1)
+    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue,
+                        what + ": needs dk, dv <= 128, Hv a multiple of Hk and a workspace of >= 1 chunk");
+  const int dkp = pad4(dk);
+  const size_t smem = static_cast<size_t>(2 * kC * (dkp + 1) + kC * (kC + 1) + 2 * kC) * sizeof(float);
+  BLOOMERY_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(smem)),
+                      what + ": prep kernel shared memory " + std::to_string(smem) + " bytes");
+  const int64_t chunks = (T + kC - 1) / kC;
+  for (int64_t c = 0; c < chunks; c += ws_chunks) {
+    const int64_t n = chunks - c < ws_chunks ? chunks - c : ws_chunks;
+    gdn_chunk_prep_k<<<dim3(static_cast<unsigned>(n), static_cast<unsigned>(Hv)), kPrepThreads, smem, s>>>(
+        ws, q, k, v, g, beta, T, c, Hk, Hv, static_cast<int>(dk), static_cast<int>(dv), l2norm_qk);
+    BLOOMERY_CUDA_CHECK_LAUNCH(what + " prep");
+    const dim3 grid(static_cast<unsigned>((dv + kScanCols - 1) / kScanCols), static_cast<unsigned>(Hv));
+    gdn_chunk_scan_k<<<grid, kScanThreads, 0, s>>>(out, state, ws, T, c, n, Hv, static_cast<int>(dk),
+                                                   static_cast<int>(dv));
+    BLOOMERY_CUDA_CHECK_LAUNCH(what + " scan");
+  }
+}
+
+}  // namespace bloomery::cuda
