@@ -32,10 +32,9 @@ std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
 
 std::vector<std::string> missing_family_ops(const std::string& backend, const std::string& model_type) {
   if (backend != "cuda") return {};
-  // The CUDA backend implements every generic op of backend.h but none of family_ops.h yet (they keep
-  // FamilyOps' E_BACKEND_UNSUPPORTED default). Keep this table in step with backend/cuda when they land.
-  if (model_type.find("qwen4_exp") != std::string::npos)
-    return {"qsa_index_append", "qsa_index_select", "ple_gate", "hc_read_mix", "hc_inject"};
+  // The CUDA backend implements every generic op of backend.h and qwen4_exp's family ops
+  // (backend/cuda/family); glm5_next's keep FamilyOps' E_BACKEND_UNSUPPORTED default. Keep this table in
+  // step with backend/cuda when they land.
   if (model_type.find("glm5_next") != std::string::npos)
     return {"kda_gate", "kda_rule", "dsa_index_append", "dsa_index_select",  "mla_attention",
             "mhc_pre",  "mhc_post", "stream_mean",      "route_sigmoid_topk"};
@@ -58,7 +57,7 @@ void check_backend_runs(const std::string& backend, const std::filesystem::path&
   std::string list;
   for (const auto& op : missing) list += (list.empty() ? "" : ", ") + op;
   raise("E_BACKEND_UNSUPPORTED", Where{cfg.string(), "", "model_type"},
-        "a family whose ops the cuda backend implements (qwen3_next)",
+        "a family whose ops the cuda backend implements (qwen3_next, qwen4_exp)",
         type + " (the cuda backend lacks the family ops " + list + ")",
         "run it with --backend cpu until those ops exist on CUDA");
 }

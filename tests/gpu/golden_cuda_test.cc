@@ -1,13 +1,17 @@
 // GPU golden test: every fixture folder whose family the CUDA backend can run, on the card, against the
 // transformers goldens (tests/fixtures/README.md) and against the CPU engine: the 32-token greedy
-// continuation identical, prompt logits with top-1 agreement >= 99% and mean KL <= 1e-3 per position.
-// Families the card cannot run yet (family ops missing) are skipped with the op named, never passed.
+// continuation identical; with top-1 agreement >= 99% and mean KL <= 1e-3 per position: the prompt logits,
+// the 32 decode rows (teacher-forced on the golden tokens), the prompt fed in chunks and interleaved with
+// decode steps, and the draft (MTP) layer's logits. qwen3_next and qwen4_exp must run on the card (a missing
+// op is a failure there); other families the card cannot run yet are skipped with the op named, never passed.
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <span>
 
 #include <gtest/gtest.h>
 
@@ -26,6 +30,11 @@ using test::GoldenTensor;
 
 constexpr double kMinTop1 = 0.99;    // fraction of positions whose argmax agrees
 constexpr double kMaxMeanKl = 1e-3;  // mean over positions of KL(reference ‖ cuda), nats
+
+// Families whose every op the CUDA backend implements: their fixtures must run, never skip.
+bool must_run(const std::string& folder) {
+  return folder.rfind("qwen3_next", 0) == 0 || folder.rfind("qwen4_exp", 0) == 0;
+}
 
 // The GPU machine runs the carried binary from another path: the env var wins over the build's path.
 fs::path fixtures_dir() {
@@ -98,6 +107,48 @@ std::vector<float> prompt_logits(Engine& e, const std::vector<int32_t>& ids) {
   return r;
 }
 
+// The logits rows the greedy continuation is chosen from, fed the golden tokens (teacher forcing, so one
+// early difference does not cascade): row 0 from the prompt, row j after want[j − 1]. [want.size(), V].
+std::vector<float> forced_rows(Engine& e, const std::vector<int32_t>& prompt,
+                               const std::vector<int32_t>& want) {
+  SeqId s = e.add_sequence(512);
+  std::vector<float> rows = e.prefill(s, prompt);
+  for (size_t j = 1; j < want.size(); ++j) {
+    SeqId seqs[] = {s};
+    int32_t tok[] = {want[j - 1]};
+    auto r = e.decode(seqs, tok)[0];
+    rows.insert(rows.end(), r.begin(), r.end());
+  }
+  e.remove_sequence(s);
+  return rows;
+}
+
+// Prompt logits [T, V] fed two ways at once on one engine: sequence A a 7-token chunk then single decode
+// steps, sequence B three chunks (the second fed while A is mid-way). Both exercise cached multi-token steps
+// (q0 > 0) of every mixer, the QSA block selection among them.
+std::pair<std::vector<float>, std::vector<float>> chunked_rows(Engine& e, const std::vector<int32_t>& ids) {
+  const size_t T = ids.size();
+  SeqId a = e.add_sequence(512), b = e.add_sequence(512);
+  std::vector<float> rows_a = e.prefill(a, std::span(ids).first(7), true);
+  const size_t c1 = T / 3, c2 = 2 * T / 3;
+  std::vector<float> rows_b = e.prefill(b, std::span(ids).first(c1), true);
+  for (size_t t = 7; t < T; ++t) {
+    SeqId seqs[] = {a};
+    int32_t tok[] = {ids[t]};
+    auto r = e.decode(seqs, tok)[0];
+    rows_a.insert(rows_a.end(), r.begin(), r.end());
+    if (t == c1 + 3) {
+      auto rb = e.prefill(b, std::span(ids).subspan(c1, c2 - c1), true);
+      rows_b.insert(rows_b.end(), rb.begin(), rb.end());
+    }
+  }
+  auto rb = e.prefill(b, std::span(ids).subspan(c2), true);
+  rows_b.insert(rows_b.end(), rb.begin(), rb.end());
+  e.remove_sequence(a);
+  e.remove_sequence(b);
+  return {rows_a, rows_b};
+}
+
 std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, size_t n) {
   SeqId s = e.add_sequence(512);
   std::vector<float> row = e.prefill(s, prompt);
@@ -150,6 +201,10 @@ class GoldenCuda : public ::testing::TestWithParam<std::string> {
       return nullptr;
     }
     Loaded& l = load(GetParam());
+    if (!l.skip.empty() && must_run(GetParam())) {
+      ADD_FAILURE() << GetParam() << " must run on the CUDA backend: " << l.skip;
+      return nullptr;
+    }
     if (!l.skip.empty()) {
       skip_ = "the CUDA backend cannot run this family yet: " + l.skip;
       return nullptr;
@@ -217,6 +272,111 @@ TEST_P(GoldenCuda, PromptLogitsAgree) {
   EXPECT_LE(vs_golden.mean_kl(), kMaxMeanKl);
   EXPECT_GE(vs_cpu.top1_rate(), kMinTop1);
   EXPECT_LE(vs_cpu.mean_kl(), kMaxMeanKl);
+}
+
+// Prints and checks one comparison against the bands.
+void expect_bands(const std::string& what, const Agreement& a) {
+  std::printf("    %s: %lld positions, top-1 %.4f, mean KL %.3g, max KL %.3g\n", what.c_str(),
+              (long long)a.rows, a.top1_rate(), a.mean_kl(), a.kl_max);
+  EXPECT_GT(a.rows, 0) << what;
+  EXPECT_GE(a.top1_rate(), kMinTop1) << what;
+  EXPECT_LE(a.mean_kl(), kMaxMeanKl) << what;
+}
+
+TEST_P(GoldenCuda, DecodeLogitsAgree) {
+  Loaded* l = setup();
+  if (!l) {
+    if (skip_.empty()) return;  // failed above
+    GTEST_SKIP() << skip_;
+  }
+  const int64_t V = l->cuda.lm->model->info().vocab_size;
+  Agreement vs_golden, vs_cpu;
+  for (int i = 0; i < prompts(*l); ++i) {
+    const std::string p = std::to_string(i);
+    auto prompt = ids_of(l->golden.at("prompt" + p + ".ids"));
+    auto want = ids_of(l->golden.at("greedy" + p + ".ids"));
+    const auto& ref = l->golden.at("greedy" + p + ".logits").f32;
+    auto got = forced_rows(*l->cuda.engine, prompt, want);
+    auto cpu = forced_rows(*l->cpu.engine, prompt, want);
+    ASSERT_EQ(got.size(), want.size() * V);
+    ASSERT_EQ(ref.size(), got.size());
+    ASSERT_EQ(cpu.size(), got.size());
+    for (size_t j = 0; j < want.size(); ++j) {
+      vs_golden.add(ref.data() + j * V, got.data() + j * V, V);
+      vs_cpu.add(cpu.data() + j * V, got.data() + j * V, V);
+    }
+  }
+  expect_bands(GetParam() + " decode rows cuda vs golden", vs_golden);
+  expect_bands(GetParam() + " decode rows cuda vs cpu", vs_cpu);
+}
+
+TEST_P(GoldenCuda, ChunkedPromptAndStepsAgree) {
+  Loaded* l = setup();
+  if (!l) {
+    if (skip_.empty()) return;  // failed above
+    GTEST_SKIP() << skip_;
+  }
+  const int64_t V = l->cuda.lm->model->info().vocab_size;
+  auto ids = ids_of(l->golden.at("prompt2.ids"));  // the long prompt
+  const auto& ref = l->golden.at("prompt2.logits").f32;
+  ASSERT_GT(ids.size(), 12u);
+  auto [rows_a, rows_b] = chunked_rows(*l->cuda.engine, ids);
+  ASSERT_EQ(rows_a.size(), ref.size());
+  ASSERT_EQ(rows_b.size(), ref.size());
+  Agreement a, b;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    a.add(ref.data() + t * V, rows_a.data() + t * V, V);
+    b.add(ref.data() + t * V, rows_b.data() + t * V, V);
+  }
+  // 5-token chunks: every chunk a cached multi-token step on the decode-size matmul path (≤ 8 rows), the
+  // chunk starts unaligned to the indexer's 4-token blocks.
+  std::vector<float> rows_c;
+  SeqId s = l->cuda.engine->add_sequence(512);
+  for (size_t t0 = 0; t0 < ids.size(); t0 += 5) {
+    auto r =
+        l->cuda.engine->prefill(s, std::span(ids).subspan(t0, std::min<size_t>(5, ids.size() - t0)), true);
+    rows_c.insert(rows_c.end(), r.begin(), r.end());
+  }
+  l->cuda.engine->remove_sequence(s);
+  ASSERT_EQ(rows_c.size(), ref.size());
+  Agreement c;
+  for (size_t t = 0; t < ids.size(); ++t) c.add(ref.data() + t * V, rows_c.data() + t * V, V);
+  expect_bands(GetParam() + " chunk + decode steps vs golden", a);
+  expect_bands(GetParam() + " three chunks vs golden", b);
+  expect_bands(GetParam() + " 5-token chunks vs golden", c);
+}
+
+TEST_P(GoldenCuda, DraftLogitsAgree) {
+  Loaded* l = setup();
+  if (!l) {
+    if (skip_.empty()) return;  // failed above
+    GTEST_SKIP() << skip_;
+  }
+  if (!l->golden.count("mtp0.logits")) GTEST_SKIP() << "golden file has no draft outputs";
+  const ModelInfo& info = l->cuda.lm->model->info();
+  ASSERT_TRUE(info.has_draft) << "the checkpoint ships a draft layer but the model did not bind it";
+  const int64_t V = info.vocab_size;
+  Backend& be = *l->cuda.backend;
+  Engine& e = *l->cuda.engine;
+  Agreement vs_golden;
+  for (int i = 0; i < prompts(*l); ++i) {
+    const std::string p = "mtp" + std::to_string(i);
+    if (!l->golden.count(p + ".logits")) continue;
+    const auto& hid = l->golden.at(p + ".hidden");
+    auto toks = ids_of(l->golden.at(p + ".tokens"));
+    const auto& ref = l->golden.at(p + ".logits").f32;
+    const int64_t T = static_cast<int64_t>(toks.size());
+    // The draft layer over the golden target hiddens, after the target took the prompt (as the CPU test).
+    SeqId s = e.add_sequence(512);
+    e.prefill(s, ids_of(l->golden.at("prompt" + std::to_string(i) + ".ids")));
+    Tensor h = be.upload(hid.f32, {T, info.draft_hidden_size});
+    ForwardResult r = l->cuda.lm->model->draft(be, e.state(s), h, toks);
+    auto logits = be.download(r.logits);
+    e.remove_sequence(s);
+    ASSERT_EQ(logits.size(), ref.size()) << p;
+    for (int64_t t = 0; t < T; ++t) vs_golden.add(ref.data() + t * V, logits.data() + t * V, V);
+  }
+  expect_bands(GetParam() + " draft logits cuda vs golden", vs_golden);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenCuda, ::testing::ValuesIn(fixture_folders()),

@@ -1,24 +1,129 @@
-// CudaBackend qwen4_exp family ops (hyper-connection read/write, PLE gate, QSA block indexer). Placeholders
-// that refuse until the kernels land.
+// CudaBackend qwen4_exp family ops (hyper-connection read/write, PLE gate, QSA block indexer): shape checks,
+// the host-side RoPE tables of the block keys, scratch and the launches of the kernels in hc_ple.cu and
+// qsa_index.cu (declared in qwen4_kernels.h).
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/family/qwen4_kernels.h"
+#include "backend/cuda/op_args.h"
 
 namespace bloomery::cuda {
+namespace {
 
-void CudaBackend::hc_read_mix(Tensor&, const Tensor&, const Tensor&, int) {
-  unsupported("hc_read_mix");
+// Scores of at most this many (query, block) pairs are held at once; longer prompts run in query chunks.
+constexpr int64_t kMaxScoreFloats = int64_t{1} << 24;  // 64 MiB
+
+std::string dims(std::initializer_list<int64_t> d) {
+  return shape_string(std::vector<int64_t>(d));
 }
-void CudaBackend::hc_inject(Tensor&, const Tensor&, const Tensor&) {
-  unsupported("hc_inject");
+
+}  // namespace
+
+void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) {
+  const int64_t T = u.rows(), D = u.cols();
+  need(n >= 1 && m.numel() == T * n * D && xn.numel() == T * n * D, "hc_read_mix",
+       "m, xn [T, n*D] with u " + u.shape_str() + ", n " + std::to_string(n),
+       m.shape_str() + ", " + xn.shape_str());
+  cuda::hc_read_mix(u.f32(), m.f32(), xn.f32(), T, n, D, stream_);
 }
-void CudaBackend::ple_gate(Tensor&, const Tensor&, const Tensor&, const Tensor&) {
-  unsupported("ple_gate");
+
+void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
+  const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
+  need(X.numel() == T * n * D && inj.rows() == T, "hc_inject",
+       "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
+  cuda::hc_inject(X.f32(), y.f32(), inj.f32(), T, static_cast<int>(n), D, stream_);
 }
-void CudaBackend::qsa_index_append(Tensor&, Tensor&, const Tensor&, int64_t, const Weight&,
-                                   const QsaIndexSpec&) {
-  unsupported("qsa_index_append");
+
+void CudaBackend::ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const Tensor& v) {
+  const int64_t T = v.rows(), D = v.cols();
+  const int64_t n = T * D > 0 ? G.numel() / (T * D) : 0;
+  need(T * D > 0 && G.numel() == T * n * D && kn.numel() == G.numel() && qn.numel() == G.numel(), "ple_gate",
+       "G, kn, qn [T, n*D] for v " + v.shape_str(),
+       G.shape_str() + ", " + kn.shape_str() + ", " + qn.shape_str());
+  cuda::ple_gate(G.f32(), kn.f32(), qn.f32(), v.f32(), T, static_cast<int>(n), D, stream_);
 }
-int64_t CudaBackend::qsa_index_select(Tensor&, const Tensor&, const Tensor&, int64_t, const QsaIndexSpec&) {
-  unsupported("qsa_index_select");
+
+void CudaBackend::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kraw, int64_t pos0,
+                                   const Weight& k_norm, const QsaIndexSpec& spec) {
+  const int64_t T = kraw.rows(), d = kraw.cols(), c = spec.compress;
+  need(raw.cols() == d && blocks.cols() == d && pos0 >= 0 && pos0 + T <= raw.rows() && k_norm.numel() == d,
+       "qsa_index_append",
+       "raw/blocks [cap, " + std::to_string(d) + "] holding positions up to " + std::to_string(pos0 + T),
+       raw.shape_str() + ", " + blocks.shape_str());
+  need(c >= 1 && spec.rot_dim >= 0 && spec.rot_dim % 2 == 0 && spec.rot_dim <= d, "qsa_index_append",
+       "compress >= 1 and an even rot_dim <= " + std::to_string(d),
+       "compress " + std::to_string(c) + ", rot_dim " + std::to_string(spec.rot_dim));
+  if (T == 0) return;
+  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(raw.f32() + pos0 * d, kraw.f32(), T * d * sizeof(float),
+                                      cudaMemcpyDeviceToDevice, stream_),
+                      "qsa_index_append raw keys " + kraw.shape_str());
+  const int64_t b0 = pos0 / c, b1 = (pos0 + T) / c;  // blocks whose last token is in this call
+  if (b1 <= b0) return;
+  need(b1 - 1 < blocks.rows(), "qsa_index_append", "room for block " + std::to_string(b1 - 1),
+       blocks.shape_str());
+  // RoPE tables of the blocks' first positions with the CPU op's libm calls in f32 (rope_neox), so the pooled
+  // keys are bit-identical to the CPU backend's; cos/sin on the card round differently.
+  const int half = spec.rot_dim / 2;
+  const int64_t nblk = b1 - b0;
+  std::vector<float> tab(2 * nblk * half + 1);
+  const float theta = static_cast<float>(spec.theta);
+  std::vector<float> inv_freq(half);
+  for (int i = 0; i < half; ++i)
+    inv_freq[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(spec.rot_dim));
+  for (int64_t bi = 0; bi < nblk; ++bi) {
+    const float pos = static_cast<float>((b0 + bi) * c + spec.pos_offset);
+    for (int i = 0; i < half; ++i) {
+      const float ang = pos * inv_freq[i];
+      tab[bi * half + i] = std::cos(ang);
+      tab[(nblk + bi) * half + i] = std::sin(ang);
+    }
+  }
+  const auto* dtab = static_cast<const float*>(stage(1, tab.data(), tab.size() * sizeof(float)));
+  cuda::qsa_pool_blocks(blocks.f32(), raw.f32(), param_f32(k_norm, "qsa_index_append"), dtab,
+                        dtab + nblk * half, b0, nblk, static_cast<int>(d), static_cast<int>(c), spec.rot_dim,
+                        spec.eps, stream_);
+}
+
+int64_t CudaBackend::qsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& blocks, int64_t q0,
+                                      const QsaIndexSpec& spec) {
+  need(qi.ndim() == 3, "qsa_index_select", "qi [T, Hi, dh]", qi.shape_str());
+  const int64_t T = qi.dim(0), Hi = qi.dim(1), d = qi.dim(2), S = allowed.cols(), c = spec.compress;
+  need(allowed.rows() == T && S >= q0 + T && q0 >= 0 && blocks.cols() == d, "qsa_index_select",
+       "allowed [" + std::to_string(T) + ", >=" + std::to_string(q0 + T) + "]", allowed.shape_str());
+  need(c >= 1 && spec.block_topk >= 0, "qsa_index_select", "compress >= 1 and block_topk >= 0",
+       "compress " + std::to_string(c) + ", block_topk " + std::to_string(spec.block_topk));
+  const int64_t nb_max = (q0 + T) / c;
+  need(blocks.rows() >= nb_max, "qsa_index_select", "blocks [>=" + std::to_string(nb_max) + ", dh]",
+       blocks.shape_str());
+  if (T == 0) return 0;
+  const float inv = 1.0f / std::sqrt(static_cast<float>(d));  // as the CPU op
+  // queries per chunk: bounded by the scratch and by the score grid's y dimension (16 queries per CTA row)
+  const int64_t tc =
+      std::clamp<int64_t>(kMaxScoreFloats / std::max<int64_t>(nb_max, 1), 1, std::min<int64_t>(T, 1 << 20));
+  auto scores = pool_.get(static_cast<size_t>(std::max<int64_t>(tc * nb_max, 1)) * sizeof(float),
+                          "qsa_index_select scores " + dims({tc, nb_max}));
+  auto ties = pool_.get(sizeof(int), "qsa_index_select tie counter");
+  int* dties = static_cast<int*>(ties.get());
+  BLOOMERY_CUDA_CHECK(cudaMemsetAsync(dties, 0, sizeof(int), stream_), "qsa_index_select tie counter");
+  float* sc = static_cast<float*>(scores.get());
+  for (int64_t t0 = 0; t0 < T; t0 += tc) {  // one launch pair per chunk of queries, never per query
+    const int64_t n = std::min(tc, T - t0);
+    cuda::qsa_block_scores(sc, nb_max, qi.f32() + t0 * Hi * d, blocks.f32(), n, static_cast<int>(Hi),
+                           static_cast<int>(d), q0 + t0, static_cast<int>(c), inv, stream_);
+    cuda::qsa_select_blocks(allowed.f32() + t0 * S, S, sc, nb_max, n, q0 + t0, static_cast<int>(c),
+                            spec.block_topk, dties, stream_);
+  }
+  // The tie count is read back at once (a device→host copy that waits for the stream). Under CUDA graphs this
+  // read must move out of the op: keep the count in a device counter the engine reads when it needs it.
+  int host_ties = 0;
+  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(&host_ties, dties, sizeof(int), cudaMemcpyDeviceToHost, stream_),
+                      "qsa_index_select tie count");
+  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), "qsa_index_select tie count");
+  return host_ties;
 }
 
 }  // namespace bloomery::cuda

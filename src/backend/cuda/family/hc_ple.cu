@@ -1,0 +1,83 @@
+// qwen4_exp hyper-connection read mix / stream write and the PLE stream gate (models.md §3.5, §3.6): small
+// fused elementwise and reduction kernels over [T, n·D] activations (D = 2560, n = 4 at real size).
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/family/qwen4_kernels.h"
+#include "backend/cuda/misc/device_math.cuh"
+
+namespace bloomery::cuda {
+namespace {
+
+unsigned hc_grid(int64_t n, int threads) {
+  const int64_t g = (n + threads - 1) / threads;
+  return static_cast<unsigned>(g < 65535 * 16 ? g : 65535 * 16);
+}
+
+__global__ void hc_read_mix_k(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D) {
+  const float nf = static_cast<float>(n);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * D;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = i / D, d = i % D;
+    float acc = 0.0f;
+    for (int s = 0; s < n; ++s) {
+      const int64_t j = (t * n + s) * D + d;
+      acc = __fadd_rn(acc, __fmul_rn(1.0f / (1.0f + expf(-m[j])), xn[j]));
+    }
+    u[i] = acc / nf;  // divided by n as the CPU op does (not multiplied by 1/n)
+  }
+}
+
+__global__ void hc_inject_k(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D) {
+  const int64_t total = T * n * D;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t ts = i / D, d = i % D, t = ts / n;
+    X[i] = __fadd_rn(X[i], __fmul_rn(inj[ts], y[t * D + d]));  // product rounded first, as on the CPU
+  }
+}
+
+// One block per (t, s): the dot over D, then the gate times v.
+__global__ void ple_gate_k(float* G, const float* kn, const float* qn, const float* v, int n, int64_t D) {
+  __shared__ float red[33];
+  const int64_t ts = blockIdx.x, t = ts / n;
+  const float* k = kn + ts * D;
+  const float* q = qn + ts * D;
+  float part = 0.0f;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) part += k[d] * q[d];
+  const float dot = block_reduce_sum(part, red);
+  float g = dot / sqrtf(static_cast<float>(D));
+  const float sign = g > 0 ? 1.0f : (g < 0 ? -1.0f : 0.0f);
+  g = sqrtf(fmaxf(fabsf(g), 1e-6f)) * sign;
+  const float gate = 1.0f / (1.0f + expf(-g));
+  float* out = G + ts * D;
+  const float* vt = v + t * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) out[d] = gate * vt[d];
+}
+
+std::string shape(int64_t T, int n, int64_t D) {
+  return "[" + std::to_string(T) + ", " + std::to_string(n) + "·" + std::to_string(D) + "]";
+}
+
+}  // namespace
+
+void hc_read_mix(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D, cudaStream_t s) {
+  if (T * D == 0) return;
+  hc_read_mix_k<<<hc_grid(T * D, 256), 256, 0, s>>>(u, m, xn, T, n, D);
+  BLOOMERY_CUDA_CHECK_LAUNCH("hc_read_mix m " + shape(T, n, D));
+}
+
+void hc_inject(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D, cudaStream_t s) {
+  if (T * n * D == 0) return;
+  hc_inject_k<<<hc_grid(T * n * D, 256), 256, 0, s>>>(X, y, inj, T, n, D);
+  BLOOMERY_CUDA_CHECK_LAUNCH("hc_inject X " + shape(T, n, D));
+}
+
+void ple_gate(float* G, const float* kn, const float* qn, const float* v, int64_t T, int n, int64_t D,
+              cudaStream_t s) {
+  if (T * n == 0) return;
+  ple_gate_k<<<static_cast<unsigned>(T * n), 256, 0, s>>>(G, kn, qn, v, n, D);
+  BLOOMERY_CUDA_CHECK_LAUNCH("ple_gate G " + shape(T, n, D));
+}
+
+}  // namespace bloomery::cuda
