@@ -11,7 +11,12 @@
 #include <functional>
 #include <thread>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include "backend/cuda/host_table.h"
+#include "backend/cuda/host_table/host_table_impl.h"
 #include "backend_util.h"
 #include "formats/classify.h"
 #include "formats/tensor_source.h"
@@ -395,32 +400,83 @@ double pct(std::vector<double> v, double p) {
   return v.empty() ? 0 : v[std::min(v.size() - 1, static_cast<size_t>(p * v.size()))];
 }
 
+// Fills `bytes` of `mem` with random E4M3 bytes (never the 0x7F/0xFF NaN codes) on every core.
+void fill_e4m3(uint8_t* mem, uint64_t bytes) {
+  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<std::thread> pool;
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([=] {
+      const uint64_t a = bytes / threads * t, b = t + 1 == threads ? bytes : bytes / threads * (t + 1);
+      uint64_t x = 0x9E3779B97F4A7C15ull * (t + 1);
+      for (uint64_t i = a; i < b; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        const uint64_t w = x & 0x7E7E7E7E7E7E7E7Eull;
+        std::memcpy(mem + i, &w, std::min<uint64_t>(8, b - i));
+      }
+    });
+  for (auto& th : pool) th.join();
+}
+
+// Times gathers of n random rows of an FP8_TENSOR table (elements at base, packed rows of `cols` bytes):
+// gather + synchronize, optionally after a prefetch_rows issued `work_ms` earlier (the forward it overlaps).
+// Then checks one more gather against the CPU decoder.
+void time_gathers(cuda::CudaBackend& be, const Weight& t, const uint8_t* base, float scale, size_t n,
+                  int iters, bool prefetch, double work_ms, std::mt19937& rng, const char* label,
+                  int warmup = 3) {
+  using clk = std::chrono::steady_clock;
+  const int64_t cols = t.cols();
+  std::uniform_int_distribution<int64_t> d(0, t.rows() - 1);
+  auto random_ids = [&] {
+    std::vector<int64_t> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  Tensor out = be.alloc({static_cast<int64_t>(n), cols});
+  std::vector<double> ms;
+  for (int i = -warmup; i < iters; ++i) {
+    const std::vector<int64_t> ids = random_ids();
+    if (prefetch) {
+      be.prefetch_rows(t, ids);
+      const auto until = clk::now() + std::chrono::microseconds(static_cast<int64_t>(work_ms * 1000));
+      while (clk::now() < until) {
+      }
+    }
+    const auto a = clk::now();
+    be.gather_rows(out, t, ids);
+    be.synchronize();
+    if (i >= 0) ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - a).count());
+  }
+  std::printf(
+      "[bench] %s: gather %6zu rows (%8.1f KiB)%s: median %.3f ms, p90 %.3f ms, max %.3f ms over %d\n", label,
+      n, n * cols / 1024.0, prefetch ? " after prefetch" : "               ", median(ms), pct(ms, 0.9),
+      pct(ms, 1.0), iters);
+  const std::vector<int64_t> ids = random_ids();
+  const std::vector<float> got = gather(be, t, ids);
+  WeightBytes w;
+  w.format = FormatId::FP8_TENSOR;
+  w.main_dtype = DType::F8_E4M3;
+  w.global_dtype = DType::F32;
+  w.rows = 1;
+  w.cols = static_cast<uint64_t>(cols);
+  w.global_scale = {reinterpret_cast<const uint8_t*>(&scale), 4};
+  std::vector<float> want(n * cols);
+  for (size_t i = 0; i < n; ++i) {
+    w.main = {base + ids[i] * cols, static_cast<size_t>(cols)};
+    decode_rows(w, 0, 1, &want[i * cols]);
+  }
+  EXPECT_EQ(first_diff(got, want), -1) << label;
+}
+
 // Gathers from an FP8 table of BLOOMERY_HOST_TABLE_BENCH_ROWS × 160 (the NVIDIA export's form; 320001536 rows
 // is the shipped 47.7 GiB table) in 128 shards of one host allocation, filled with random E4M3 bytes.
 TEST_F(HostTableTest, BenchGatherFromFullSizeTable) {
   const char* env = std::getenv("BLOOMERY_HOST_TABLE_BENCH_ROWS");
   if (!env || !*env) GTEST_SKIP() << "set BLOOMERY_HOST_TABLE_BENCH_ROWS (e.g. 320001536) to time gathers";
   const uint64_t rows = std::stoull(env), cols = 160, shards = 128, per = (rows + shards - 1) / shards;
-  using clk = std::chrono::steady_clock;
-  auto t0 = clk::now();
+  const auto t0 = std::chrono::steady_clock::now();
   std::shared_ptr<uint8_t[]> mem(new uint8_t[rows * cols]);
-  {
-    const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-    std::vector<std::thread> pool;
-    for (unsigned t = 0; t < threads; ++t)
-      pool.emplace_back([&, t] {
-        const uint64_t a = rows * cols / threads * t,
-                       b = t + 1 == threads ? rows * cols : rows * cols / threads * (t + 1);
-        uint64_t x = 0x9E3779B97F4A7C15ull * (t + 1);
-        for (uint64_t i = a; i < b; i += 8) {
-          x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-          uint64_t w = x & 0x7E7E7E7E7E7E7E7Eull;  // E4M3 bytes, never the 0x7F/0xFF NaN codes
-          std::memcpy(&mem[i], &w, std::min<uint64_t>(8, b - i));
-        }
-      });
-    for (auto& th : pool) th.join();
-  }
-  const double fill_s = std::chrono::duration<double>(clk::now() - t0).count();
+  fill_e4m3(mem.get(), rows * cols);
+  const double fill_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   cuda::HostTableBytes b;
   b.format = FormatId::FP8_TENSOR;
   b.cols = cols;
@@ -436,58 +492,96 @@ TEST_F(HostTableTest, BenchGatherFromFullSizeTable) {
   std::printf("[bench] table %llu x %llu FP8 = %.2f GiB in %zu shards, filled in %.1f s\n",
               static_cast<unsigned long long>(rows), static_cast<unsigned long long>(cols),
               rows * cols / 1073741824.0, b.shards.size(), fill_s);
-
-  std::uniform_int_distribution<int64_t> d(0, static_cast<int64_t>(rows) - 1);
-  auto random_ids = [&](size_t n) {
-    std::vector<int64_t> v(n);
-    for (auto& x : v) x = d(rng_);
-    return v;
-  };
-  auto run = [&](size_t n, int iters, bool prefetch, double work_ms) {
-    Tensor out = gpu_->alloc({static_cast<int64_t>(n), static_cast<int64_t>(cols)});
-    std::vector<double> ms;
-    for (int i = -3; i < iters; ++i) {
-      const std::vector<int64_t> ids = random_ids(n);
-      if (prefetch) {
-        gpu_->prefetch_rows(t, ids);
-        // The forward that the prefetch overlaps with.
-        const auto until = clk::now() + std::chrono::microseconds(static_cast<int64_t>(work_ms * 1000));
-        while (clk::now() < until) {
-        }
-      }
-      const auto a = clk::now();
-      gpu_->gather_rows(out, t, ids);
-      gpu_->synchronize();
-      if (i >= 0) ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - a).count());
-    }
-    std::printf("[bench] gather %6zu rows (%8.1f KiB)%s: median %.3f ms, p90 %.3f ms over %d\n", n,
-                n * cols / 1024.0, prefetch ? " after prefetch" : "               ", median(ms), pct(ms, 0.9),
-                iters);
-    // Spot check against the CPU decoder: e4m3 × scale.
-    const std::vector<int64_t> ids = random_ids(n);
-    const std::vector<float> got = gather(*gpu_, t, ids);
-    WeightBytes w;
-    w.format = FormatId::FP8_TENSOR;
-    w.main_dtype = DType::F8_E4M3;
-    w.global_dtype = DType::F32;
-    w.rows = 1;
-    w.cols = cols;
-    w.global_scale = {reinterpret_cast<const uint8_t*>(&b.global), 4};
-    std::vector<float> want(n * cols);
-    for (size_t i = 0; i < n; ++i) {
-      w.main = {mem.get() + ids[i] * cols, cols};
-      decode_rows(w, 0, 1, &want[i * cols]);
-    }
-    EXPECT_EQ(first_diff(got, want), -1);
-  };
-  run(16, 300, false, 0);
-  run(16, 300, true, 2.0);
-  run(4096 * 16, 20, false, 0);
-  run(4096 * 16, 20, true, 100.0);
+  time_gathers(*gpu_, t, mem.get(), b.global, 16, 300, false, 0, rng_, "memory");
+  time_gathers(*gpu_, t, mem.get(), b.global, 16, 300, true, 2.0, rng_, "memory");
+  time_gathers(*gpu_, t, mem.get(), b.global, 4096 * 16, 20, false, 0, rng_, "memory");
+  time_gathers(*gpu_, t, mem.get(), b.global, 4096 * 16, 20, true, 100.0, rng_, "memory");
   const cuda::HostTableStats st = cuda::host_table_stats(t);
   std::printf("[bench] %llu gathers, %llu prefetch hits, %.1f MiB sent\n",
               static_cast<unsigned long long>(st.gathers), static_cast<unsigned long long>(st.prefetch_hits),
               st.bytes_copied / 1048576.0);
+}
+
+// The same from a FILE mapped read-only (the default placement of a checkpoint's table) whose pages were
+// dropped from the page cache first (posix_fadvise DONTNEED), so gathers fault rows in from disk.
+// BLOOMERY_HOST_TABLE_BENCH_FILE_ROWS rows × 160, written under /tmp (skipped when unset).
+TEST_F(HostTableTest, BenchGatherFromColdMappedFile) {
+  const char* env = std::getenv("BLOOMERY_HOST_TABLE_BENCH_FILE_ROWS");
+  if (!env || !*env)
+    GTEST_SKIP() << "set BLOOMERY_HOST_TABLE_BENCH_FILE_ROWS to time gathers from a cold file";
+  const uint64_t rows = std::stoull(env), cols = 160, bytes = rows * cols;
+  const std::string path = "/tmp/bloomery_host_table_bench.bin";
+  const auto t0 = std::chrono::steady_clock::now();
+  {
+    std::vector<uint8_t> chunk(64ull << 20);
+    fill_e4m3(chunk.data(), chunk.size());
+    FILE* f = std::fopen(path.c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    for (uint64_t at = 0; at < bytes; at += chunk.size()) {
+      chunk[at / chunk.size() % chunk.size()] ^= 0x10;  // chunks differ a little (never into a NaN code)
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(chunk.size(), bytes - at));
+      ASSERT_EQ(std::fwrite(chunk.data(), 1, len, f), len);
+    }
+    std::fclose(f);
+  }
+  const int fd = open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  fdatasync(fd);
+  posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  void* p = mmap(nullptr, bytes, PROT_READ, MAP_SHARED, fd, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  madvise(p, bytes, MADV_RANDOM);  // as checkpoint_table.cc maps a checkpoint's shards
+  std::shared_ptr<const void> owner(p, [bytes, fd, path](const void* q) {
+    munmap(const_cast<void*>(q), bytes);
+    close(fd);
+    unlink(path.c_str());
+  });
+  std::printf("[bench] file %.2f GiB written and dropped from the page cache in %.1f s\n",
+              bytes / 1073741824.0,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  cuda::HostTableBytes b;
+  b.format = FormatId::FP8_TENSOR;
+  b.cols = cols;
+  b.global = 0.0625f;
+  b.shards.push_back({rows, p, 0, nullptr, 0});
+  b.owner = owner;
+  b.file_backed = true;
+  Weight t = cuda::make_host_table(*gpu_, "ple", {static_cast<int64_t>(rows), static_cast<int64_t>(cols)}, b);
+  const auto* base = static_cast<const uint8_t*>(p);
+  time_gathers(*gpu_, t, base, b.global, 16, 100, false, 0, rng_, "cold file");
+  time_gathers(*gpu_, t, base, b.global, 16, 100, true, 2.0, rng_, "cold file");
+  time_gathers(*gpu_, t, base, b.global, 4096 * 16, 2, false, 0, rng_, "cold file", 0);
+  time_gathers(*gpu_, t, base, b.global, 4096 * 16, 2, true, 100.0, rng_, "cold file", 0);
+}
+
+// The host-decoding fallback (stored forms the packed path does not read): rows come from a decoder as f32.
+TEST_F(HostTableTest, DecodedFallbackRows) {
+  const uint64_t rows = 1000, cols = 48;
+  auto row_value = [](uint64_t r, uint64_t c) {
+    return static_cast<float>(r) * 0.5f - static_cast<float>(c);
+  };
+  cuda::HostTableBytes b;
+  b.cols = cols;
+  auto t = std::make_shared<cuda::host::HostTable>(
+      "fallback", rows, b,
+      [&](uint64_t row0, uint64_t n, float* dst) {
+        for (uint64_t r = 0; r < n; ++r)
+          for (uint64_t c = 0; c < cols; ++c) dst[r * cols + c] = row_value(row0 + r, c);
+      },
+      false);
+  std::vector<int64_t> ids = {0, 999, 5, 5, 500};
+  std::uniform_int_distribution<int64_t> d(0, rows - 1);
+  for (int i = 0; i < 3000; ++i) ids.push_back(d(rng_));
+  Tensor out = gpu_->alloc({static_cast<int64_t>(ids.size()), static_cast<int64_t>(cols)});
+  t->prefetch(ids, 0);  // a no-op for the fallback (its decoder is not thread-safe)
+  t->gather(out.f32(), ids, gpu_->stream());
+  const std::vector<float> got = gpu_->download(out);
+  std::vector<float> want(ids.size() * cols);
+  for (size_t i = 0; i < ids.size(); ++i)
+    for (uint64_t c = 0; c < cols; ++c) want[i * cols + c] = row_value(static_cast<uint64_t>(ids[i]), c);
+  EXPECT_EQ(first_diff(got, want), -1);
+  EXPECT_EQ(t->stats().prefetch_hits, 0u);
+  EXPECT_EQ(t->stats().prefetches, 0u);
 }
 
 }  // namespace

@@ -65,6 +65,10 @@ struct HostTableBytes {
   const void* scale_grid = nullptr;
   DType grid_dtype = DType::F32;
   int block_n = 0, block_k = 0;
+  // True when the pointers lie in a read-only MAP_SHARED mapping of a file (a checkpoint's shards): packing
+  // then asks the kernel for the rows' pages first (madvise WILLNEED), so disk reads overlap instead of
+  // faulting in one by one. Leave false for memory (an advice per row would only cost time).
+  bool file_backed = false;
   // Keeps every pointer above valid for as long as the table lives (the Weight holds it). Plain malloc'd,
   // mmap'd or cudaHostAlloc'd memory all work: gathers copy rows through their own pinned staging buffer.
   std::shared_ptr<const void> owner;

@@ -210,10 +210,12 @@ std::shared_ptr<HostTable> open_checkpoint_table(const TensorSource& source, con
   std::vector<int64_t> shape(record.shape.begin(), record.shape.end());
   validate_bytes(b, shape, record.name);
   const bool pinned = pinned_placement(record.name);
-  if (pinned)
+  if (pinned) {
     b.owner = pin_copy(b, row_bytes(b, record.name), grid_bytes, record.name);  // the mappings go with `maps`
-  else
+  } else {
     b.owner = maps;
+    b.file_backed = true;
+  }
   return std::make_shared<HostTable>(record.name, R, std::move(b), nullptr, pinned);
 }
 

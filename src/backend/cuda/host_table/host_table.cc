@@ -1,6 +1,9 @@
 // HostTable: packs the stored bytes of requested rows into pinned staging, one async H2D copy, one decode
 // kernel (dequant.cu, the CPU decoders' arithmetic). prefetch() packs a later gather's rows on a worker
 // thread.
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <thread>
@@ -18,6 +21,7 @@ constexpr size_t kAlign = 256;    // part boundaries in a packed buffer (f32 gri
 constexpr size_t kMaxSlots = 16;  // staging buffers per table: one per pending prefetch + the gather's own
 constexpr size_t kParallelRows = 2048;  // packing splits over threads from this many rows on
 constexpr unsigned kMaxThreads = 8;
+constexpr size_t kAdviseRows = 256;  // the caller's own gathers advise file pages up to this many rows
 
 size_t align_up(size_t x) {
   return (x + kAlign - 1) / kAlign * kAlign;
@@ -167,28 +171,46 @@ size_t HostTable::shard_of(uint64_t row) const {
          1;
 }
 
-void HostTable::pack_range(uint8_t* dst, const Packed& lay, size_t n, std::span<const int64_t> ids, size_t i0,
-                           size_t i1) const {
-  (void)n;
+// Asks the kernel to start reading the pages of [p, p + len) of a file mapping (returns at once).
+static void advise_willneed(const void* p, uint64_t len) {
+  static const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p) / page * page, b = reinterpret_cast<uintptr_t>(p) + len;
+  madvise(reinterpret_cast<void*>(a), b - a, MADV_WILLNEED);  // a hint: failure only loses the overlap
+}
+
+void HostTable::pack_range(uint8_t* dst, const Packed& lay, std::span<const int64_t> ids, size_t i0,
+                           size_t i1, bool advise) const {
   const uint64_t er = row_.elements, sr = row_.scales, gc = row_.grid;
+  auto locate = [&](size_t i, const HostTableShard** s) {
+    const uint64_t id = static_cast<uint64_t>(ids[i]);
+    const size_t si = shard_of(id);
+    *s = &bytes_.shards[si];
+    return id - first_row_[si];
+  };
+  if (advise)  // every read queued before the first copy waits on one
+    for (size_t i = i0; i < i1; ++i) {
+      const HostTableShard* s;
+      const uint64_t local = locate(i, &s);
+      advise_willneed(static_cast<const uint8_t*>(s->elements) + local * s->element_pitch, er);
+      if (sr) advise_willneed(static_cast<const uint8_t*>(s->block_scales) + local * s->scale_pitch, sr);
+    }
   auto* grid = reinterpret_cast<float*>(dst + lay.grid_at);
   const auto* g = static_cast<const uint8_t*>(bytes_.scale_grid);
   for (size_t i = i0; i < i1; ++i) {
-    const uint64_t id = static_cast<uint64_t>(ids[i]);
-    const size_t si = shard_of(id);
-    const HostTableShard& s = bytes_.shards[si];
-    const uint64_t local = id - first_row_[si];
-    std::memcpy(dst + i * er, static_cast<const uint8_t*>(s.elements) + local * s.element_pitch, er);
+    const HostTableShard* s;
+    const uint64_t local = locate(i, &s);
+    std::memcpy(dst + i * er, static_cast<const uint8_t*>(s->elements) + local * s->element_pitch, er);
     if (sr)
       std::memcpy(dst + lay.scales_at + i * sr,
-                  static_cast<const uint8_t*>(s.block_scales) + local * s.scale_pitch, sr);
+                  static_cast<const uint8_t*>(s->block_scales) + local * s->scale_pitch, sr);
     // Grid scales are widened here exactly as the CPU decoder widens them (scale_value).
-    const uint64_t grow = id / static_cast<uint64_t>(bytes_.block_n ? bytes_.block_n : 1);
+    const uint64_t grow =
+        static_cast<uint64_t>(ids[i]) / static_cast<uint64_t>(bytes_.block_n ? bytes_.block_n : 1);
     for (uint64_t c = 0; c < gc; ++c) grid[i * gc + c] = scale_value(bytes_.grid_dtype, g, grow * gc + c);
   }
 }
 
-void HostTable::pack(Slot& slot, std::span<const int64_t> ids, bool parallel) const {
+void HostTable::pack(Slot& slot, std::span<const int64_t> ids, bool background) const {
   // The slot's previous H2D copy must have read its bytes before they are overwritten.
   if (slot.copy_pending)
     BLOOMERY_CUDA_CHECK(cudaEventSynchronize(slot.copied), "host table " + name_ + " staging");
@@ -199,19 +221,21 @@ void HostTable::pack(Slot& slot, std::span<const int64_t> ids, bool parallel) co
     for (size_t i = 0; i < n; ++i) decoder_(static_cast<uint64_t>(ids[i]), 1, out + i * bytes_.cols);
     return;
   }
+  // On the caller's path a big gather skips the advice (a syscall per row) and relies on its threads' faults.
+  const bool advise = bytes_.file_backed && (background || n <= kAdviseRows);
   unsigned threads = 1;
-  if (parallel && n >= kParallelRows)
+  if (n >= kParallelRows)
     threads = std::clamp<unsigned>(std::min<unsigned>(std::thread::hardware_concurrency(), kMaxThreads), 1u,
                                    static_cast<unsigned>(n / (kParallelRows / 2)));
-  if (threads <= 1) return pack_range(slot.host, lay, n, ids, 0, n);
+  if (threads <= 1) return pack_range(slot.host, lay, ids, 0, n, advise);
   // Row copies from a mapped file fault pages in: several threads keep several reads in flight.
   std::vector<std::thread> pool;
   const size_t per = (n + threads - 1) / threads;
   for (unsigned t = 1; t < threads; ++t) {
     const size_t a = t * per, b = std::min(n, a + per);
-    if (a < b) pool.emplace_back([&, a, b] { pack_range(slot.host, lay, n, ids, a, b); });
+    if (a < b) pool.emplace_back([&, a, b] { pack_range(slot.host, lay, ids, a, b, advise); });
   }
-  pack_range(slot.host, lay, n, ids, 0, std::min(n, per));
+  pack_range(slot.host, lay, ids, 0, std::min(n, per), advise);
   for (auto& th : pool) th.join();
 }
 
@@ -305,7 +329,7 @@ void HostTable::gather(float* out, std::span<const int64_t> ids, cudaStream_t st
     ++stats_.prefetch_hits;
   } else {
     slot = &free_slot(lay.total);
-    pack(*slot, ids, true);
+    pack(*slot, ids, false);
   }
   ensure_device(lay.total);
   const std::string what = "host table " + name_ + " gather " + std::to_string(n) + " rows";

@@ -73,9 +73,10 @@ class HostTable {
   Packed packed_layout(size_t n) const;
   // Copies (or decodes) the rows into slot memory laid out as packed_layout(ids.size()). Thread-safe w.r.t.
   // other slots; waits for the slot's previous copy first.
-  void pack(Slot& slot, std::span<const int64_t> ids, bool parallel) const;
-  void pack_range(uint8_t* dst, const Packed& lay, size_t n, std::span<const int64_t> ids, size_t i0,
-                  size_t i1) const;
+  // background: called by a prefetch worker (file pages are then always advised ahead).
+  void pack(Slot& slot, std::span<const int64_t> ids, bool background) const;
+  void pack_range(uint8_t* dst, const Packed& lay, std::span<const int64_t> ids, size_t i0, size_t i1,
+                  bool advise) const;
   // A slot with no unconsumed prefetch and room for `bytes` (evicts the oldest prefetch if all are taken).
   Slot& free_slot(size_t bytes);
   void ensure_capacity(Slot& s, size_t bytes);
