@@ -259,6 +259,7 @@ class Glm5Next final : public Model {
       nextn_.layer = bind_block(w, x, true, true, true);
     }
     info_.has_draft = nextn_.present;
+    bound_ = true;
   }
 
   std::unique_ptr<SequenceState> new_state(Backend& be, int64_t capacity) const override {
@@ -284,13 +285,15 @@ class Glm5Next final : public Model {
     return s;
   }
 
-  // The bytes new_state(capacity) allocates: the same tensors, counted.
+  // The bytes new_state(capacity) allocates: the same tensors, counted. Before bind (the memory plan) an
+  // upper bound: the optional NextN layer's cache is counted.
   uint64_t state_bytes(int64_t capacity) const override {
     const int64_t qd = c_.Hl * c_.dl;
     int64_t elems = 0;
     for (int64_t l = 0; l < c_.L; ++l)
       elems += c_.is_dsa[l] ? dsa_cache_elems(capacity) : 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
-    if (nextn_.present) elems += dsa_cache_elems(capacity + 1);
+    // Before bind the NextN layer counts as present (it is declared; the checkpoint may not ship it).
+    if (nextn_.present || !bound_) elems += dsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -704,6 +707,7 @@ class Glm5Next final : public Model {
   const Weight *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<Layer> layers_;
   NextN nextn_;
+  bool bound_ = false;
 };
 
 }  // namespace

@@ -111,6 +111,7 @@ class Qwen3Next final : public Model {
       mtp_norm_ = &w.get("mtp.norm.weight");
       bind_layer(mtp_layer_, w, "mtp.layers.0.", true, true);
     }
+    bound_ = true;
   }
 
   std::unique_ptr<SequenceState> new_state(Backend& be, int64_t capacity) const override {
@@ -140,7 +141,9 @@ class Qwen3Next final : public Model {
     for (int64_t i = 0; i < c_.L; ++i)
       elems +=
           c_.attn[i] ? 2 * capacity * c_.Hkv * c_.hd : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
-    if (info_.has_draft) elems += 2 * capacity * c_.Hkv * c_.hd;
+    // Before bind the MTP layer counts as present when the config declares one (the checkpoint may not ship
+    // it).
+    if (info_.has_draft || (!bound_ && c_.mtp_layers > 0)) elems += 2 * capacity * c_.Hkv * c_.hd;
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -421,6 +424,7 @@ class Qwen3Next final : public Model {
   std::vector<LayerW> layers_;
   const Weight *mtp_fc_ = nullptr, *mtp_norm_e_ = nullptr, *mtp_norm_h_ = nullptr, *mtp_norm_ = nullptr;
   LayerW mtp_layer_;
+  bool bound_ = false;
 };
 
 }  // namespace

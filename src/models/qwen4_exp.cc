@@ -206,6 +206,7 @@ class Qwen4Exp final : public Model {
       draft_.layer = bind_layer(w, "mtp.layers.0.", true);
     }
     info_.has_draft = draft_.present;
+    bound_ = true;
   }
 
   std::unique_ptr<SequenceState> new_state(Backend& be, int64_t capacity) const override {
@@ -224,8 +225,8 @@ class Qwen4Exp final : public Model {
         s->conv[l] = be.alloc({conv_dim, c_.conv_k - 1});
         s->rec[l] = be.alloc({c_.Hv, c_.dk, c_.dv});
       }
-      if (layers_.size() == static_cast<size_t>(c_.L) && layers_[l].has_ple) {
-        s->ple_ctx[l] = cpu::ple_context_start(layers_[l].ple.hash);
+      if (const int pi = ple_index(l); pi >= 0) {
+        s->ple_ctx[l] = cpu::ple_context_start(hash_for(pi));
         s->ple_conv[l] = be.alloc({c_.n * c_.D, (c_.ple_conv_k - 1) * c_.ngram_size});
       }
     }
@@ -233,16 +234,17 @@ class Qwen4Exp final : public Model {
     return s;
   }
 
-  // The bytes new_state(capacity) allocates: the same tensors, counted.
+  // The bytes new_state(capacity) allocates: the same tensors, counted. Before bind (the memory plan) an
+  // upper bound: the optional draft layer's cache is counted.
   uint64_t state_bytes(int64_t capacity) const override {
     const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
     int64_t elems = 0;
     for (int64_t l = 0; l < c_.L; ++l) {
       elems += c_.attn[l] ? qsa_cache_elems(capacity) : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
-      if (layers_.size() == static_cast<size_t>(c_.L) && layers_[l].has_ple)
-        elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
+      if (ple_index(l) >= 0) elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
     }
-    if (draft_.present) elems += qsa_cache_elems(capacity + 1);
+    // Before bind the draft layer counts as present (it is declared; the checkpoint may not ship it).
+    if (draft_.present || !bound_) elems += qsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -544,19 +546,19 @@ class Qwen4Exp final : public Model {
     return rows;
   }
 
-  // PLE (§3.6): X += G + silu(dilated conv(Gn)). The n-gram rows follow each entry's context; one gather and
-  // the projections, norms and gate over all rows; the dilated conv per entry.
+  // PLE (§3.6): X += G + silu(dilated conv(Gn)). The n-gram rows follow each entry's context and are gathered
+  // per entry; the projections, norms and gate run over all rows; the dilated conv per entry.
   void ple(Backend& be, const Ple& p, std::span<PleSlot> slots, Tensor& X,
            const std::vector<int64_t>& tok) const {
     const int64_t T = X.rows(), n = c_.n, D = c_.D, G = p.hash.heads(), de = c_.ple_dim / G;
-    std::vector<int64_t> rows;
-    rows.reserve(T * G);
-    for (PleSlot& s : slots) {
-      const auto r = ple_rows(p, *s.ctx, std::span(tok).subspan(s.r0, s.T));
-      rows.insert(rows.end(), r.begin(), r.end());
-    }
+    // One gather per entry, of exactly the rows prefetch(state, ids) names for it: a backend that packs a
+    // prefetched row list ahead (the CUDA host table) matches a gather by its whole id list.
     Tensor e = be.alloc({T * G, de});
-    be.gather_rows(e, *p.table, rows);
+    for (PleSlot& s : slots) {
+      const auto rows = ple_rows(p, *s.ctx, std::span(tok).subspan(s.r0, s.T));
+      Tensor es = e.slice(s.r0 * G, s.T * G);
+      be.gather_rows(es, *p.table, rows);
+    }
     e = e.view({T, G * de});
     Tensor kn = be.alloc({T, n * D});
     be.matmul(kn, e, *p.key);
@@ -688,6 +690,7 @@ class Qwen4Exp final : public Model {
   HyperConn mixer_;
   std::vector<Layer> layers_;
   Draft draft_;
+  bool bound_ = false;
 };
 
 }  // namespace

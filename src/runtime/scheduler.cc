@@ -113,6 +113,7 @@ struct Scheduler::Slot {
   uint64_t id_task = 0;
   std::unique_ptr<SequenceState> state;
   int64_t n_prompt_done = 0;  // prompt tokens consumed
+  int64_t n_hinted = 0;       // prompt tokens already named to engine prefetch
   int64_t n_decoded = 0;
   int32_t last = -1;            // the token to feed next step (decode phase)
   std::vector<int32_t> recent;  // prompt + generated, for the penalties
@@ -202,6 +203,7 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.ticket = std::move(it->ticket);
     s.id_task = it->id_task;
     s.n_prompt_done = 0;
+    s.n_hinted = 0;
     s.n_decoded = 0;
     s.last = -1;
     s.recent = s.req.prompt;
@@ -320,21 +322,9 @@ void Scheduler::step() {
   rr_ = (rr_ + 1) % std::max<size_t>(n, 1);
   if (items.empty()) return;
 
-  // Readahead: a prompt that goes on after this step's chunk tells the engine about this chunk and the next,
-  // so what the next step reads (the PLE table rows) is fetched while this step computes.
-  for (size_t i = 0; i < items.size(); ++i) {
-    Slot& s = *owners[i];
-    if (!s.prompting()) continue;
-    const int64_t done = s.n_prompt_done, take = static_cast<int64_t>(items[i].ids.size());
-    const int64_t after = static_cast<int64_t>(s.req.prompt.size()) - done - take;
-    if (after <= 0) continue;
-    const int64_t next = std::min(after, config_.n_ubatch);
-    try {
-      engine_.prefetch(*s.state, std::span<const int32_t>(s.req.prompt.data() + done, take + next));
-    } catch (const std::exception&) {
-      // A hint only: the step itself reports any real problem.
-    }
-  }
+  // Readahead of a prompt's first chunk (later chunks were named at the end of the step before).
+  for (size_t i = 0; i < items.size(); ++i)
+    if (owners[i]->prompting()) hint(*owners[i], static_cast<int64_t>(items[i].ids.size()));
 
   auto t0 = Clock::now();
   engine_.forward(items);
@@ -401,11 +391,30 @@ void Scheduler::step() {
     s.last = tok.id;
   }
 
+  // Readahead: a prompt still being read names its next chunk now (the state has moved past this one), so
+  // what that chunk reads is fetched while the scheduler samples and the next pass starts.
+  for (auto& s : slots_)
+    if (s->busy && s->prompting())
+      hint(*s, std::min({static_cast<int64_t>(s->req.prompt.size()) - s->n_prompt_done, config_.n_ubatch,
+                         config_.n_batch}));
+
   std::lock_guard lk(mu_);
   int busy = 0;
   for (auto& s : slots_) busy += s->busy;
   stats_.requests_processing = busy;
   publish_locked();
+}
+
+// Names the prompt chunk of `take` tokens that the slot's next forward reads, once.
+void Scheduler::hint(Slot& s, int64_t take) {
+  if (take <= 0 || s.n_hinted >= s.n_prompt_done + take) return;
+  s.n_hinted = s.n_prompt_done + take;
+  try {
+    engine_.prefetch(
+        *s.state, std::span<const int32_t>(s.req.prompt.data() + s.n_prompt_done, static_cast<size_t>(take)));
+  } catch (const std::exception&) {
+    // A hint only: the forward itself reports any real problem.
+  }
 }
 
 // The slot table other threads read (/slots): a copy taken under the lock, since the scheduler thread

@@ -37,8 +37,8 @@ class StepEngine {
   virtual int64_t vocab_size() const = 0;
   virtual std::unique_ptr<SequenceState> new_state(int64_t capacity) = 0;
   virtual void forward(std::span<StepItem> items) = 0;
-  // Hint before a step: `ids` will be consumed by `state` over this step and the next (the current prompt
-  // chunk, then the next one), so the engine may start fetching what they read. Default: nothing.
+  // Hint: `ids` are what `state` consumes in its next forward (a prompt chunk), so the engine may start
+  // fetching what they read (the PLE table rows) now. Default: nothing.
   virtual void prefetch(SequenceState& state, std::span<const int32_t> ids) {}
 };
 
@@ -183,6 +183,7 @@ class Scheduler {
   void publish_locked();
   void finish(Slot& s, StopReason reason, std::string error = {});
   void step();
+  void hint(Slot& s, int64_t take);
 
   StepEngine& engine_;
   const SchedulerConfig config_;

@@ -88,25 +88,7 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
 }
 
 uint64_t EngineHost::state_bytes_estimate(int64_t ctx) const {
-  const nlohmann::json& c = config_.text;
-  auto num = [&](const char* k, int64_t d) {
-    return c.contains(k) && c[k].is_number_integer() ? c[k].get<int64_t>() : d;
-  };
-  int64_t layers = num("num_hidden_layers", 0);
-  int64_t full = 0, linear = 0;
-  if (c.contains("layer_types") && c["layer_types"].is_array()) {
-    for (const auto& t : c["layer_types"]) (t == "full_attention" ? full : linear)++;
-  } else {
-    full = layers;
-  }
-  int64_t kv_heads = num("num_key_value_heads", 0), head_dim = num("head_dim", 0);
-  uint64_t kv = static_cast<uint64_t>(full) * 2 * kv_heads * head_dim * ctx * 4;
-  int64_t hv = num("linear_num_value_heads", 0), dk = num("linear_key_head_dim", 0),
-          dv = num("linear_value_head_dim", 0), hk = num("linear_num_key_heads", 0),
-          kconv = num("linear_conv_kernel_dim", 0);
-  uint64_t rec = static_cast<uint64_t>(linear) *
-                 (hv * dk * dv + (2 * hk * dk + hv * dv) * std::max<int64_t>(kconv - 1, 0)) * 4;
-  return kv + rec;
+  return model_->state_bytes(ctx);
 }
 
 void EngineHost::load(const SchedulerConfig& config, int threads,

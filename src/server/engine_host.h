@@ -47,8 +47,8 @@ class EngineHost {
   static std::unique_ptr<EngineHost> prepare(const ServerOptions& options);
 
   const CheckpointSummary& summary() const { return summary_; }
-  // Per-slot state bytes for `ctx` tokens, estimated from config.json (KV of full-attention layers plus
-  // recurrent and conv states); 0 when the family's fields are unknown.
+  // Per-slot state bytes for `ctx` tokens: what the model's new_state will allocate (Model::state_bytes;
+  // before the weights are bound an optional draft layer's cache is counted).
   uint64_t state_bytes_estimate(int64_t ctx) const;
 
   // Loads every declared weight; progress(done, total) after each. Then binds and starts the scheduler.

@@ -72,7 +72,7 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   uint64_t state = host.state_bytes_estimate(plan.n_ctx_slot);
   out += "memory plan (CPU engine, host memory)\n";
   out += fmt::format("            weights (decoded to f32)   {:>12}\n", human_bytes(s.engine_weight_bytes));
-  out += fmt::format("            state per slot (estimate)  {:>12}  x {} slots\n", human_bytes(state),
+  out += fmt::format("            state per slot             {:>12}  x {} slots\n", human_bytes(state),
                      plan.n_slots);
   out += fmt::format("            total                      {:>12}\n",
                      human_bytes(s.engine_weight_bytes + state * static_cast<uint64_t>(plan.n_slots)));

@@ -12,6 +12,7 @@
 #include "backend/cpu/cpu_backend.h"
 #include "forwarding_backend.h"
 #include "models/model_loader.h"
+#include "models/model_registry.h"
 
 namespace bloomery {
 namespace {
@@ -38,7 +39,10 @@ std::string test_name(const ::testing::TestParamInfo<std::string>& i) {
   return n;
 }
 
-// Counts allocated bytes and records the row-table traffic of streamed tables (by weight name).
+// Counts allocated bytes and records the row-table calls on streamed tables: (table name, ids) per call,
+// since a prefetch helps only the gather with exactly its id list.
+using Calls = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+
 class Watching : public test::ForwardingBackend {
  public:
   Watching() : ForwardingBackend(make_cpu_backend(2)) {}
@@ -46,13 +50,13 @@ class Watching : public test::ForwardingBackend {
     alloc_bytes += static_cast<uint64_t>(t.numel()) * elem_size(t.type());
   }
   void on_gather(const Weight& table, std::span<const int64_t> ids) override {
-    if (table.streamed()) gathered[table.name()].insert(gathered[table.name()].end(), ids.begin(), ids.end());
+    if (table.streamed()) gathered.emplace_back(table.name(), std::vector<int64_t>(ids.begin(), ids.end()));
   }
   void on_prefetch(const Weight& table, std::span<const int64_t> ids) override {
-    prefetched[table.name()].insert(prefetched[table.name()].end(), ids.begin(), ids.end());
+    prefetched.emplace_back(table.name(), std::vector<int64_t>(ids.begin(), ids.end()));
   }
   uint64_t alloc_bytes = 0;
-  std::map<std::string, std::vector<int64_t>> gathered, prefetched;
+  Calls gathered, prefetched;
 };
 
 class StateBytes : public ::testing::TestWithParam<std::string> {};
@@ -67,13 +71,22 @@ TEST_P(StateBytes, EqualsWhatNewStateAllocates) {
     EXPECT_EQ(lm->model->state_bytes(cap), be.alloc_bytes) << "capacity " << cap;
     EXPECT_GT(be.alloc_bytes, 0u);
   }
+  // Before bind (the memory plan's call) the optional draft layer counts: the same number when the checkpoint
+  // ships it, more when it does not.
+  auto unbound = create_model(lm->config);
+  for (int64_t cap : {1, 512}) {
+    if (lm->model->info().has_draft)
+      EXPECT_EQ(unbound->state_bytes(cap), lm->model->state_bytes(cap));
+    else
+      EXPECT_GT(unbound->state_bytes(cap), lm->model->state_bytes(cap));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, StateBytes, ::testing::ValuesIn(folders()), test_name);
 
 class PlePrefetch : public ::testing::TestWithParam<std::string> {};
 
-TEST_P(PlePrefetch, NamesTheRowsTheNextForwardsGather) {
+TEST_P(PlePrefetch, NamesTheRowsTheNextForwardGathers) {
   if (GetParam() == "none") GTEST_SKIP() << "no qwen4_exp fixture folders";
   Watching be;
   auto lm = load_model(kModels / GetParam(), be);
@@ -81,20 +94,29 @@ TEST_P(PlePrefetch, NamesTheRowsTheNextForwardsGather) {
   const int64_t V = m.info().vocab_size;
   std::vector<int32_t> ids;
   for (int i = 0; i < 16; ++i) ids.push_back(static_cast<int32_t>((i * 37 + 11) % V));
-  ids[9] = m.info().eos_ids.empty() ? ids[9] : m.info().eos_ids[0];  // an EOS resets the n-gram context
-  auto st = m.new_state(be, 64);
+  if (!m.info().eos_ids.empty()) ids[6] = m.info().eos_ids[0];  // an EOS resets the n-gram context
+  auto st = m.new_state(be, 64), other = m.new_state(be, 64);
   m.forward(be, *st, std::span(ids).first(3), false);
+  m.forward(be, *other, std::span(ids).subspan(8, 4), false);
+  // The scheduler's hint for the prompt chunk this state reads next; then a pass where that chunk shares the
+  // batch with another sequence's decode token.
+  const std::span<const int32_t> chunk = std::span(ids).subspan(3, 6);
   be.gathered.clear();
-  // The scheduler's readahead: the chunk about to run and the one after it.
-  const std::span<const int32_t> cur = std::span(ids).subspan(3, 5), next = std::span(ids).subspan(8);
-  m.prefetch(be, *st, std::span(ids).subspan(3));
+  m.prefetch(be, *st, chunk);
   EXPECT_EQ(st->pos, 3);
-  ASSERT_FALSE(be.prefetched.empty()) << "no PLE rows prefetched";
   EXPECT_TRUE(be.gathered.empty()) << "prefetch gathered rows itself";
-  m.forward(be, *st, cur, false);
-  m.forward(be, *st, next, false);
-  EXPECT_EQ(be.prefetched, be.gathered);
-  for (const auto& [name, rows] : be.prefetched) EXPECT_FALSE(rows.empty()) << name;
+  ASSERT_FALSE(be.prefetched.empty()) << "no PLE rows prefetched";
+  const Model::BatchEntry entries[] = {{other.get(), std::span(ids).subspan(12, 1), false},
+                                       {st.get(), chunk, false}};
+  m.forward_batch(be, entries);
+  // Every prefetched id list is one of the pass's gathers, whole and in order (the CUDA host table's match).
+  for (const auto& call : be.prefetched) {
+    EXPECT_EQ(call.second.size() % chunk.size(), 0u);
+    EXPECT_NE(std::find(be.gathered.begin(), be.gathered.end(), call), be.gathered.end())
+        << call.first << ": the prefetched rows are not a gather of the pass";
+  }
+  // One prefetch per PLE table, one gather per PLE table and entry.
+  EXPECT_EQ(be.gathered.size(), 2 * be.prefetched.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, PlePrefetch, ::testing::ValuesIn(folders("qwen4_exp")), test_name);

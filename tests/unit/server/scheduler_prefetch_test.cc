@@ -1,6 +1,6 @@
-// The scheduler's readahead: before a step that reads a prompt chunk, the engine hears of that chunk and the
-// next one (so the next step's PLE rows are fetched while this one computes); the last chunk and decode steps
-// give no hint.
+// The scheduler's readahead: a prompt's first chunk is named before its step, every later chunk at the end of
+// the step before it (the state has then moved past the previous chunk, so the rows are exact), each once;
+// decode steps give no hint.
 #include <future>
 #include <mutex>
 
@@ -40,7 +40,7 @@ struct PrefetchEngine : StepEngine {
 
 }  // namespace
 
-TEST(SchedulerPrefetch, HintsTheCurrentAndNextPromptChunk) {
+TEST(SchedulerPrefetch, NamesEveryPromptChunkOnceBeforeItsForward) {
   PrefetchEngine e;
   std::promise<void> done;
   {
@@ -54,11 +54,8 @@ TEST(SchedulerPrefetch, HintsTheCurrentAndNextPromptChunk) {
     done.get_future().get();
   }
   const std::vector<std::string> want = {
-      "prefetch 0: 0 1 2 3 4 5 6 7",
-      "forward 0+4",
-      "prefetch 4: 4 5 6 7 8 9",
-      "forward 4+4",
-      "forward 8+2",   // the last chunk: nothing after it
+      "prefetch 0: 0 1 2 3", "forward 0+4",     "prefetch 4: 4 5 6 7",
+      "forward 4+4",         "prefetch 8: 8 9", "forward 8+2",
       "forward 10+1",  // decode: no hint
   };
   EXPECT_EQ(e.events, want);
