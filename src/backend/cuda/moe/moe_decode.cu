@@ -1,0 +1,337 @@
+// Routed-expert decode kernels that read the routed ids on the card (no host round trip, graph-capturable):
+// one launch computes gate and up of every (token, slot) pair with the SwiGLU fused, one launch computes
+// down of every pair, and one sums the k slots of each token in a fixed order (no float atomics, so the
+// result is reproducible and equals the CPU backend's order). Weights are read in their stored formats in
+// 16-byte units as the GEMV does (decode_unit; FP4 and FP8 through fast_decode.cuh's table-free decoders,
+// bit-identical), so NVFP4 / MXFP8 / FP8 block / BF16 all work.
+//
+// Work split: a warp is cut into G groups of 32/G lanes; each group owns R consecutive weight rows of one
+// pair and its lanes stride over the row's 16-byte units, loading the activation chunk of a unit once for
+// all R rows (and for gate and up together). G is picked so that the units of a row fill the lanes (the
+// qwen4_exp down row of K = 640 NVFP4 elements is 40 units: 4 groups of 8 lanes × 5 units, no idle lane).
+#include <cmath>
+#include <string>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/moe/fast_decode.cuh"
+#include "backend/cuda/moe/moe_kernels.h"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr int kWarps = 4;  // warps per block
+
+template <int U>
+__device__ __forceinline__ void load_vec(const float* __restrict__ p, float* v) {
+  const float4* q = reinterpret_cast<const float4*>(p);
+#pragma unroll
+  for (int i = 0; i < U / 4; ++i) {
+    const float4 a = __ldg(q + i);
+    v[4 * i] = a.x, v[4 * i + 1] = a.y, v[4 * i + 2] = a.z, v[4 * i + 3] = a.w;
+  }
+}
+
+template <int U>
+__device__ __forceinline__ float dot_acc(const float* w, const float* x, float acc) {
+#pragma unroll
+  for (int i = 0; i < U; ++i) acc = fmaf(w[i], x[i], acc);
+  return acc;
+}
+
+// Sum over the L lanes of a group (xor partners stay inside an aligned group of L lanes).
+template <int L>
+__device__ __forceinline__ float group_sum(float v) {
+#pragma unroll
+  for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ bool routed_ok(const DeviceWeight* tab, int64_t E, int32_t e) {
+  return e >= 0 && e < E && tab[e].data != nullptr;
+}
+
+// Grid (ceil(I / rows per block), P). h[p, r] = silu(min(g, lim)) · clamp(u, −lim, lim) (no clamp at lim 0).
+template <Width W, int G, int R>
+__global__ void __launch_bounds__(kWarps * 32)
+    gate_up_k(MoeTable tab, const int32_t* __restrict__ ids, int k, const float* __restrict__ x, int64_t I,
+              float limit, float* __restrict__ h) {
+  constexpr int U = Unit<W>::kElems, L = 32 / G;
+  const int lane = threadIdx.x & 31, sub = lane % L;
+  const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G * R;
+  if (warp_row0 >= I) return;  // whole warp: no shuffle partner is lost
+  const int64_t p = blockIdx.y, r0 = warp_row0 + (lane / L) * R;
+  const int rows = I - r0 <= 0 ? 0 : (I - r0 < R ? static_cast<int>(I - r0) : R);
+  float* hp = h + p * I;
+  const int32_t e = ids[p];
+  if (!routed_ok(tab.gate, tab.E, e)) {  // same e for the whole block: uniform exit
+    if (sub < rows) hp[r0 + sub] = NAN;
+    return;
+  }
+  const DeviceWeight g = tab.gate[e], u = tab.up[e];
+  const uint64_t units = g.cols / U;
+  const float* xr = x + (p / k) * static_cast<int64_t>(g.cols);
+  float ag[R] = {}, au[R] = {};
+  if (rows > 0) {
+#pragma unroll 2
+    for (uint64_t q = sub; q < units; q += L) {
+      float xv[U];
+      load_vec<U>(xr + q * U, xv);
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        if (j < rows) {
+          float v[U];
+          decode_unit_fast<W>(g, r0 + j, q * U, v);
+          ag[j] = dot_acc<U>(v, xv, ag[j]);
+          decode_unit_fast<W>(u, r0 + j, q * U, v);
+          au[j] = dot_acc<U>(v, xv, au[j]);
+        }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    float gs = group_sum<L>(ag[j]), us = group_sum<L>(au[j]);
+    if (sub == 0 && j < rows) {
+      if (limit > 0.0f) {
+        gs = fminf(gs, limit);
+        us = fminf(fmaxf(us, -limit), limit);
+      }
+      hp[r0 + j] = act_apply(kActSilu, gs) * us;
+    }
+  }
+}
+
+// Grid (ceil(D / rows per block), P). y[p, r] = down_e[r, :] · h[p, :].
+template <Width W, int G, int R>
+__global__ void __launch_bounds__(kWarps * 32)
+    down_k(MoeTable tab, const int32_t* __restrict__ ids, const float* __restrict__ h, int64_t I, int64_t D,
+           float* __restrict__ y) {
+  constexpr int U = Unit<W>::kElems, L = 32 / G;
+  const int lane = threadIdx.x & 31, sub = lane % L;
+  const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G * R;
+  if (warp_row0 >= D) return;
+  const int64_t p = blockIdx.y, r0 = warp_row0 + (lane / L) * R;
+  const int rows = D - r0 <= 0 ? 0 : (D - r0 < R ? static_cast<int>(D - r0) : R);
+  float* yp = y + p * D;
+  const int32_t e = ids[p];
+  if (!routed_ok(tab.down, tab.E, e)) {
+    if (sub < rows) yp[r0 + sub] = NAN;
+    return;
+  }
+  const DeviceWeight w = tab.down[e];
+  const uint64_t units = I / U;
+  const float* hr = h + p * I;
+  float acc[R] = {};
+  if (rows > 0) {
+#pragma unroll 2
+    for (uint64_t q = sub; q < units; q += L) {
+      float hv[U];
+      load_vec<U>(hr + q * U, hv);
+#pragma unroll
+      for (int j = 0; j < R; ++j)
+        if (j < rows) {
+          float v[U];
+          decode_unit_fast<W>(w, r0 + j, q * U, v);
+          acc[j] = dot_acc<U>(v, hv, acc[j]);
+        }
+    }
+  }
+#pragma unroll
+  for (int j = 0; j < R; ++j) {
+    const float s = group_sum<L>(acc[j]);
+    if (sub == 0 && j < rows) yp[r0 + j] = s;
+  }
+}
+
+// out[t, c] = Σ_j wts[t·k + j] · y[row(t·k + j), c], j ascending from 0 (the CPU backend's order: each
+// product rounded, then added).
+__global__ void combine_k(float* __restrict__ out, const float* __restrict__ y,
+                          const int32_t* __restrict__ pos, const float* __restrict__ wts, int64_t T, int k,
+                          int64_t D) {
+  const int64_t n = T * D;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / D, c = i % D;
+    float o = 0.0f;
+    for (int j = 0; j < k; ++j) {
+      const int64_t p = t * k + j;
+      const int64_t row = pos ? pos[p] : p;
+      const float v = row < 0 ? NAN : y[row * D + c];
+      o = __fadd_rn(o, __fmul_rn(v, wts[p]));
+    }
+    out[i] = o;
+  }
+}
+
+Width width_of(FormatId f) {
+  switch (f) {
+    case FormatId::F32:
+      return Width::F32;
+    case FormatId::BF16:
+    case FormatId::F16:
+      return Width::Half;
+    case FormatId::NVFP4:
+    case FormatId::W4A16_NVFP4:
+    case FormatId::NVFP4_CT:
+    case FormatId::MXFP4:
+      return Width::Fp4;
+    default:
+      return Width::Fp8;
+  }
+}
+
+int unit_elems(Width w) {
+  return w == Width::F32 ? 4 : (w == Width::Half ? 8 : 16);
+}
+
+// Lane groups per warp (1, 2 or 4) that keep the most lanes busy over `units` per row; ties to fewer groups
+// (more warps in flight).
+int groups_for(uint64_t units) {
+  int best = 1;
+  double best_eff = 0.0;
+  for (int g : {1, 2, 4}) {
+    const uint64_t L = 32 / g, passes = (units + L - 1) / L;
+    const double eff = passes ? static_cast<double>(units) / static_cast<double>(passes * L) : 0.0;
+    if (eff > best_eff + 1e-9) best = g, best_eff = eff;
+  }
+  return best;
+}
+
+// Rows per group: about four weight rows in flight per lane (gate and up count as two).
+template <int G>
+constexpr int kGateUpRows = G == 1 ? 2 : 1;
+template <int G>
+constexpr int kDownRows = G == 1 ? 4 : (G == 2 ? 2 : 1);
+
+template <Width W, int G>
+void launch_gate_up(const MoeTable& tab, const int32_t* ids, int64_t P, int k, const float* x, int64_t I,
+                    float limit, float* h, cudaStream_t s) {
+  constexpr int R = kGateUpRows<G>;
+  const int64_t per_block = static_cast<int64_t>(kWarps) * G * R;
+  const dim3 grid(static_cast<unsigned>((I + per_block - 1) / per_block), static_cast<unsigned>(P));
+  gate_up_k<W, G, R><<<grid, kWarps * 32, 0, s>>>(tab, ids, k, x, I, limit, h);
+}
+
+template <Width W, int G>
+void launch_down(const MoeTable& tab, const int32_t* ids, int64_t P, const float* h, int64_t I, int64_t D,
+                 float* y, cudaStream_t s) {
+  constexpr int R = kDownRows<G>;
+  const int64_t per_block = static_cast<int64_t>(kWarps) * G * R;
+  const dim3 grid(static_cast<unsigned>((D + per_block - 1) / per_block), static_cast<unsigned>(P));
+  down_k<W, G, R><<<grid, kWarps * 32, 0, s>>>(tab, ids, h, I, D, y);
+}
+
+// Calls f.template operator()<W, G>() for the runtime width and group count.
+template <class F>
+void dispatch(Width w, int g, F&& f) {
+  auto by_g = [&]<Width W>() {
+    if (g == 4)
+      f.template operator()<W, 4>();
+    else if (g == 2)
+      f.template operator()<W, 2>();
+    else
+      f.template operator()<W, 1>();
+  };
+  switch (w) {
+    case Width::F32:
+      by_g.template operator()<Width::F32>();
+      break;
+    case Width::Half:
+      by_g.template operator()<Width::Half>();
+      break;
+    case Width::Fp8:
+      by_g.template operator()<Width::Fp8>();
+      break;
+    case Width::Fp4:
+      by_g.template operator()<Width::Fp4>();
+      break;
+  }
+}
+
+std::string pairs_shape(int64_t P, int64_t n, int64_t K) {
+  return "pairs " + std::to_string(P) + " W[" + std::to_string(n) + ", " + std::to_string(K) + "]";
+}
+
+template <Width W>
+__global__ void decode_all_k(DeviceWeight w, bool fast, float* __restrict__ out) {
+  constexpr int U = Unit<W>::kElems;
+  const uint64_t units = w.cols / U, n = blockIdx.x;
+  for (uint64_t q = threadIdx.x; q < units; q += blockDim.x) {
+    float v[U];
+    if (fast)
+      decode_unit_fast<W>(w, n, q * U, v);
+    else
+      decode_unit<W>(w, n, q * U, v);
+#pragma unroll
+    for (int i = 0; i < U; ++i) out[n * w.cols + q * U + i] = v[i];
+  }
+}
+
+}  // namespace
+
+void moe_decode_units(const DeviceWeight& w, bool fast, float* out, cudaStream_t s) {
+  if (w.rows == 0) return;
+  const unsigned blocks = static_cast<unsigned>(w.rows);
+  switch (width_of(w.format)) {
+    case Width::F32:
+      decode_all_k<Width::F32><<<blocks, 128, 0, s>>>(w, fast, out);
+      break;
+    case Width::Half:
+      decode_all_k<Width::Half><<<blocks, 128, 0, s>>>(w, fast, out);
+      break;
+    case Width::Fp8:
+      decode_all_k<Width::Fp8><<<blocks, 128, 0, s>>>(w, fast, out);
+      break;
+    case Width::Fp4:
+      decode_all_k<Width::Fp4><<<blocks, 128, 0, s>>>(w, fast, out);
+      break;
+  }
+  BLOOMERY_CUDA_CHECK_LAUNCH("moe_decode_units " +
+                             pairs_shape(1, static_cast<int64_t>(w.rows), static_cast<int64_t>(w.cols)));
+}
+
+bool moe_units_ok(FormatId f, uint64_t K, int block_k, const void* data) {
+  const Width w = width_of(f);
+  const uint64_t U = static_cast<uint64_t>(unit_elems(w));
+  if (K == 0 || K % U != 0) return false;
+  if (f == FormatId::FP8_BLOCK && block_k % 16 != 0) return false;
+  const uintptr_t align = w == Width::Fp4 ? 8 : 16;  // FP4 units are 8 bytes
+  return reinterpret_cast<uintptr_t>(data) % align == 0;
+}
+
+bool moe_same_width(FormatId a, FormatId b) {
+  return width_of(a) == width_of(b);
+}
+
+void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, const int32_t* ids, int64_t P, int k, const float* x,
+                 int64_t D, int64_t I, float limit, float* h, cudaStream_t s) {
+  if (P == 0 || I == 0) return;
+  const Width w = width_of(gate_fmt);
+  const int g = groups_for(static_cast<uint64_t>(D / unit_elems(w)));
+  dispatch(w, g, [&]<Width W, int G>() { launch_gate_up<W, G>(tab, ids, P, k, x, I, limit, h, s); });
+  BLOOMERY_CUDA_CHECK_LAUNCH("moe_gate_up " + std::string(format_name(gate_fmt)) + " " +
+                             pairs_shape(P, I, D));
+}
+
+void moe_down(const MoeTable& tab, FormatId down_fmt, const int32_t* ids, int64_t P, const float* h,
+              int64_t I, int64_t D, float* y, cudaStream_t s) {
+  if (P == 0 || D == 0) return;
+  const Width w = width_of(down_fmt);
+  const int g = groups_for(static_cast<uint64_t>(I / unit_elems(w)));
+  dispatch(w, g, [&]<Width W, int G>() { launch_down<W, G>(tab, ids, P, h, I, D, y, s); });
+  BLOOMERY_CUDA_CHECK_LAUNCH("moe_down " + std::string(format_name(down_fmt)) + " " + pairs_shape(P, D, I));
+}
+
+void moe_combine(float* out, const float* y, const int32_t* pos, const float* wts, int64_t T, int k,
+                 int64_t D, cudaStream_t s) {
+  const int64_t n = T * D;
+  if (n == 0) return;
+  constexpr int kThreads = 256;
+  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
+  combine_k<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(out, y, pos, wts, T, k, D);
+  BLOOMERY_CUDA_CHECK_LAUNCH("moe_combine [" + std::to_string(T) + ", " + std::to_string(k) + ", " +
+                             std::to_string(D) + "]");
+}
+
+}  // namespace bloomery::cuda
