@@ -1,13 +1,13 @@
-// `bloomery bench -m <folder>`: llama-bench style throughput: prompt processing (-p), decode (-n) at a
-// context depth (-d) with concurrent sequences (-c), repeated (-r); medians and p95; a table or --json; and
-// a roofline line for decode (bytes read per token against the copy bandwidth the tool measures itself).
-#include <algorithm>
+// `bloomery bench`: llama-bench style throughput: prompt processing (-p), decode (-n) at a context depth (-d)
+// with concurrent sequences (-c, batched through Model::forward_batch), repeated (-r); medians and p95; a
+// table or --json; and a roofline line per decode test (bytes one step reads against the copy bandwidth the
+// tool measures itself). The model is a folder (-m) or built in memory at full size with random weights
+// (--synthetic family[:config.json], synthetic_model.h). The timed loops live in bench_core.cc.
 #include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <random>
+#include <fstream>
+#include <mutex>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -15,10 +15,15 @@
 
 #include "core/error.h"
 #include "models/model_loader.h"
-#include "runtime/engine.h"
 #include "tools/backend_choice.h"
 #include "tools/bench_bytes.h"
+#include "tools/bench_core.h"
 #include "tools/command.h"
+#include "tools/synthetic_model.h"
+#ifdef BLOOMERY_HAVE_CUDA
+#include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/host_table.h"
+#endif
 
 namespace bloomery::tools {
 namespace {
@@ -29,203 +34,242 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Nearest-rank percentile (q in [0, 1]) of a copy of v.
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0.0;
-  std::sort(v.begin(), v.end());
-  size_t i = static_cast<size_t>(std::ceil(q * v.size()));
-  return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
+// Device timing and greedy sampling on the card for CUDA; host argmax otherwise.
+BenchHooks hooks_for(Backend& be) {
+#ifdef BLOOMERY_HAVE_CUDA
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(&be)) {
+    BenchHooks h;
+    h.sync = [cb] { cb->synchronize(); };
+    h.greedy = [cb](std::span<const Tensor> logits) {
+      const cuda::SampleParams greedy;  // temperature 0: argmax, lowest index on ties
+      auto last = [](const Tensor& t) { return t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1); };
+      if (logits.size() == 1) return cb->sample(last(logits[0]), greedy);
+      // One [C, V] block so the C sequences are sampled by one launch and one copy back.
+      Tensor all = cb->alloc({static_cast<int64_t>(logits.size()), logits[0].cols()});
+      for (size_t i = 0; i < logits.size(); ++i) {
+        Tensor row = all.slice(static_cast<int64_t>(i), 1);
+        cb->copy(row, last(logits[i]));
+      }
+      return cb->sample(all, greedy);
+    };
+    return h;
+  }
+#endif
+  return host_hooks(be);
 }
 
-struct Row {
-  Row(std::string t, int64_t n, int64_t d, int64_t c) : test(std::move(t)), tokens(n), depth(d), conc(c) {}
-  std::string test;  // "pp512" / "tg128"
-  int64_t tokens = 0, depth = 0, conc = 1;
-  std::vector<double> tps;  // tokens/s per repeat (all sequences together)
-  std::vector<double> ms;   // pp: prompt latency per repeat and sequence; tg: latency per decode step
-  double bytes_per_token = 0, gbps = 0, roofline = 0;  // tg only
+// Stored-format uploads and the host-resident PLE table on CUDA; the format layer's decode otherwise.
+SyntheticHooks synthetic_hooks(Backend& be) {
+  SyntheticHooks h;
+#ifdef BLOOMERY_HAVE_CUDA
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(&be)) {
+    auto mu =
+        std::make_shared<std::mutex>();  // one upload at a time: upload_stored is not promised thread-safe
+    h.stored = [cb, mu](const std::string& name, std::vector<int64_t> shape, const WeightBytes& wb) {
+      std::lock_guard<std::mutex> lock(*mu);
+      return cb->upload_stored(name, std::move(shape), wb);
+    };
+    h.table = [cb](const std::string& name, std::vector<int64_t> shape, const SyntheticTable& t) {
+      cuda::HostTableBytes b;
+      b.format = t.format;
+      b.cols = t.cols;
+      for (const SyntheticTable::Shard& s : t.shards) {
+        cuda::HostTableShard hs;
+        hs.rows = s.rows;
+        hs.elements = s.elements;
+        hs.block_scales = s.block_scales;
+        b.shards.push_back(hs);
+      }
+      b.global = t.global;
+      b.owner = t.owner;
+      return cuda::make_host_table(*cb, name, std::move(shape), std::move(b));
+    };
+  }
+#endif
+  return h;
+}
+
+// The roofline of one tg row: bytes per step at the row's mean depth, against the copy bandwidth.
+struct Roofline {
+  DecodeBytes bytes;
+  double gbps = 0, fraction = 0;
 };
 
-class Bench {
- public:
-  Bench(Engine& e, int64_t vocab) : e_(e), dist_(0, static_cast<int32_t>(vocab - 1)) {}
-
-  std::vector<int32_t> tokens(int64_t n) {
-    std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = dist_(rng_);
-    return t;
-  }
-
-  // c sequences, each already holding `depth` tokens (the depth prefill is not timed).
-  std::vector<SeqId> sequences(int64_t c, int64_t depth, int64_t room) {
-    std::vector<SeqId> s;
-    for (int64_t i = 0; i < c; ++i) {
-      s.push_back(e_.add_sequence(depth + room + 8));
-      if (depth > 0) e_.prefill(s.back(), tokens(depth));
-    }
-    return s;
-  }
-  void drop(const std::vector<SeqId>& s) {
-    for (SeqId id : s) e_.remove_sequence(id);
-  }
-
-  void pp(Row& row) {
-    auto seqs = sequences(row.conc, row.depth, row.tokens);
-    std::vector<std::vector<int32_t>> prompts;
-    for (size_t i = 0; i < seqs.size(); ++i) prompts.push_back(tokens(row.tokens));
-    auto t0 = Clock::now();
-    for (size_t i = 0; i < seqs.size(); ++i) {
-      auto t1 = Clock::now();
-      e_.prefill(seqs[i], prompts[i]);  // returns host logits: the device work is finished
-      row.ms.push_back(since(t1) * 1e3);
-    }
-    row.tps.push_back(row.conc * row.tokens / since(t0));
-    drop(seqs);
-  }
-
-  void tg(Row& row) {
-    auto seqs = sequences(row.conc, row.depth, row.tokens);
-    auto t0 = Clock::now();
-    for (int64_t j = 0; j < row.tokens; ++j) {
-      auto ids = tokens(row.conc);
-      auto t1 = Clock::now();
-      e_.decode(seqs, ids);
-      row.ms.push_back(since(t1) * 1e3);
-    }
-    row.tps.push_back(row.conc * row.tokens / since(t0));
-    drop(seqs);
-  }
-
- private:
-  Engine& e_;
-  std::mt19937 rng_{1234};
-  std::uniform_int_distribution<int32_t> dist_;
-};
+Roofline roofline(const BenchRow& r, const std::vector<WeightCost>& costs, const std::string& family,
+                  const nlohmann::json& text, const std::string& backend, double bw) {
+  Roofline f;
+  const int64_t mean_depth = (r.depth + std::max(r.depth, r.depth_end)) / 2;
+  f.bytes = decode_bytes(costs, family, text, backend, mean_depth, r.conc);
+  const double step_s = percentile(r.ms, 0.5) / 1e3;
+  f.gbps = step_s > 0 ? static_cast<double>(f.bytes.total()) / step_s / 1e9 : 0.0;
+  f.fraction = bw > 0 ? f.gbps * 1e9 / bw : 0.0;
+  return f;
+}
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Benchmark prompt processing and decode (llama-bench style)."};
-  std::string folder, backend_name = "cpu", synthetic;
-  std::vector<int64_t> ps{512}, ns{128}, ds{0}, cs{1};
-  int repeats = 5, threads = 0;
+  std::string folder, backend_name = "cpu", synthetic, layout_name = "nvidia", json_out;
+  BenchParams bp;
+  int threads = 0;
   bool json = false;
-  app.add_option("-m,--model", folder, "model folder")->required();
-  app.add_option("-p,--n-prompt", ps, "prompt tokens (comma list; 0 = skip)")->delimiter(',');
-  app.add_option("-n,--n-gen", ns, "decoded tokens (comma list; 0 = skip)")->delimiter(',');
-  app.add_option("-d,--n-depth", ds, "context depth before the test (comma list)")->delimiter(',');
-  app.add_option("-c,--concurrent", cs, "concurrent sequences (comma list)")->delimiter(',');
-  app.add_option("-r,--repetitions", repeats, "repeats per test")->check(CLI::PositiveNumber);
+  app.add_option("-m,--model", folder, "model folder");
+  app.add_option("--synthetic", synthetic,
+                 "family[:config.json]: build the model in memory at full size with random weights in the "
+                 "export's stored formats (qwen4_exp); config.json is merged over the built-in config");
+  app.add_option("--synthetic-layout", layout_name,
+                 "nvidia (experts NVFP4, rest BF16) or qad (+ MXFP8 "
+                 "projections)")
+      ->check(CLI::IsMember({"nvidia", "qad"}));
+  app.add_option("-p,--n-prompt", bp.ps, "prompt tokens (comma list; 0 = skip)")->delimiter(',');
+  app.add_option("-n,--n-gen", bp.ns, "decoded tokens (comma list; 0 = skip)")->delimiter(',');
+  app.add_option("-d,--n-depth", bp.ds, "context depth before the test (comma list)")->delimiter(',');
+  app.add_option("-c,--concurrent", bp.cs, "concurrent sequences, batched (comma list)")->delimiter(',');
+  app.add_option("-r,--repetitions", bp.repeats, "repeats per test")->check(CLI::PositiveNumber);
+  app.add_option("--ub,--ubatch-size", bp.ubatch, "prompt tokens per forward call (0 = whole prompt)");
+  app.add_option("--max-seconds", bp.max_seconds, "skip tests that would start after this many seconds");
+  app.add_option("--warmup", bp.warmup, "1: a short pp + tg before measuring (default), 0: none");
   app.add_option("-t,--threads", threads, "CPU threads (0 = every core)");
   app.add_option("--backend", backend_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
-  app.add_option("--synthetic", synthetic, "family[:config.json] with random weights (not implemented yet)");
   app.add_flag("--json", json, "print JSON instead of a table");
+  app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
   CLI11_PARSE(app, argc, argv);
-  if (!synthetic.empty())
-    raise("E_BENCH_UNSUPPORTED", Where{"", "", "--synthetic"},
-          "-m <folder> (synthetic models are not built yet)", synthetic);
-  for (auto v : {&ps, &ns, &ds, &cs})
-    for (int64_t x : *v)
-      if (x < 0)
-        raise("E_BENCH_ARGS", Where{"", "", "-p/-n/-d/-c"}, "non-negative values", std::to_string(x));
-  for (int64_t c : cs)
-    if (c < 1) raise("E_BENCH_ARGS", Where{"", "", "-c"}, "at least 1 sequence", std::to_string(c));
+  if (folder.empty() == synthetic.empty())
+    raise("E_BENCH_ARGS", Where{"", "", "-m / --synthetic"}, "exactly one of -m <folder> and --synthetic",
+          folder.empty() ? "neither" : "both");
 
-  check_backend_runs(backend_name, folder);
   std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
-  auto t_load = Clock::now();
-  std::unique_ptr<LoadedModel> lm = load_model(folder, *backend);
-  const double load_s = since(t_load);
-  const ModelInfo& info = lm->model->info();
-  Engine engine(*backend, *lm->model);
-  Bench bench(engine, info.vocab_size);
-  const double bw = copy_bandwidth(backend_name);
+  const double bw = copy_bandwidth(backend_name);  // before the weights take the card's memory
+  nlohmann::json j;
+  std::string cmd;
+  for (int i = 0; i < argc; ++i) cmd += (i ? " " : "") + std::string(argv[i]);
+  j["command"] = cmd;
+  j["backend"] = backend_name;
+  j["threads"] = backend->threads();
+  j["copy_bandwidth_GBps"] = bw / 1e9;
 
-  // Warm-up (kernel first launches, allocator growth), not reported.
-  {
-    Row w{"warm", 8, 0, 1};
-    bench.pp(w);
-    w.tokens = 4;
-    bench.tg(w);
+  std::unique_ptr<LoadedModel> lm;
+  std::unique_ptr<SyntheticModel> sm;
+  Model* model = nullptr;
+  std::vector<WeightCost> costs;
+  nlohmann::json text;
+  double load_s = 0;
+  const auto t_load = Clock::now();
+  if (!synthetic.empty()) {
+    const SyntheticLayout layout = parse_synthetic_layout(layout_name);
+    sm = build_synthetic(synthetic_config(synthetic), *backend, layout, synthetic_hooks(*backend), threads);
+    load_s = since(t_load);
+    model = sm->model.get();
+    costs = sm->costs;
+    text = sm->config.text;
+    j["model"] = "synthetic " + synthetic;
+    j["layout"] = layout_name;
+    j["build_s"] = load_s;
+    j["stored_bytes_by_format"] = sm->bytes_by_format;
+    j["host_table_bytes"] = sm->table_bytes;
+  } else {
+    check_backend_runs(backend_name, folder);
+    lm = load_model(folder, *backend);
+    load_s = since(t_load);
+    model = lm->model.get();
+    costs = weight_costs(*lm);
+    text = lm->config.text;
+    j["model"] = folder;
+    j["load_s"] = load_s;
+  }
+  const ModelInfo& info = model->info();
+  j["family"] = info.family;
+  const Backend::MemoryInfo mem = backend->memory_info();
+  if (mem.total_bytes) j["memory_after_load"] = {{"free", mem.free_bytes}, {"total", mem.total_bytes}};
+  const DecodeBytes b0 = decode_bytes(costs, info.family, text, backend_name, 0, 1);
+  j["decode_bytes_c1_depth0"] = {
+      {"dense", b0.dense}, {"experts", b0.experts}, {"state", b0.state}, {"state_modelled", b0.state_known}};
+  j["repetitions"] = bp.repeats;
+  j["results"] = nlohmann::json::array();
+
+  if (!json) {
+    std::printf("model %s (%s), backend %s, %d thread(s), %s in %.2f s, %d repetitions\n",
+                synthetic.empty() ? folder.c_str() : ("synthetic " + synthetic + " " + layout_name).c_str(),
+                info.family.c_str(), backend_name.c_str(), backend->threads(),
+                synthetic.empty() ? "loaded" : "built", load_s, bp.repeats);
+    std::printf("copy bandwidth (%s, read + written, best of 5): %.1f GB/s\n",
+                backend_name == "cuda" ? "device-to-device cudaMemcpy" : "host memcpy, 1 thread", bw / 1e9);
+    std::printf(
+        "decode bytes/token at depth 0, c 1: dense %.3f GB + selected experts %.3f GB + state %.3f GB%s\n",
+        b0.dense / 1e9, b0.experts / 1e9, b0.state / 1e9, b0.state_known ? "" : " (state not modelled)");
+    std::fflush(stdout);
   }
 
-  std::vector<Row> rows;
-  for (int64_t c : cs)
-    for (int64_t d : ds) {
-      for (int64_t p : ps) {
-        if (p == 0) continue;
-        Row r{"pp" + std::to_string(p), p, d, c};
-        for (int i = 0; i < repeats; ++i) bench.pp(r);
-        rows.push_back(std::move(r));
-      }
-      for (int64_t n : ns) {
-        if (n == 0) continue;
-        Row r{"tg" + std::to_string(n), n, d, c};
-        for (int i = 0; i < repeats; ++i) bench.tg(r);
-        // Bytes at the mean depth of the run; the engine decodes sequences one by one (no batched GEMM
-        // yet), so every sequence re-reads the weights: bytes per token do not shrink with -c.
-        const DecodeBytes b = decode_bytes(*lm, backend_name, d + n / 2);
-        r.bytes_per_token = static_cast<double>(b.total());
-        r.gbps = r.bytes_per_token * percentile(r.tps, 0.5) / 1e9;
-        r.roofline = bw > 0 ? r.gbps * 1e9 / bw : 0.0;
-        rows.push_back(std::move(r));
-      }
+  const BenchHooks hooks = hooks_for(*backend);
+  auto to_json = [&](const BenchRow& r) {
+    nlohmann::json x{{"test", r.test},
+                     {"depth", r.depth},
+                     {"concurrent", r.conc},
+                     {"skipped", r.skipped},
+                     {"finite", r.finite},
+                     {"seconds", r.seconds},
+                     {"tps_median", percentile(r.tps, 0.5)},
+                     {"tps_p05", percentile(r.tps, 0.05)},
+                     {"ms_median", percentile(r.ms, 0.5)},
+                     {"ms_p95", percentile(r.ms, 0.95)},
+                     {"tps", r.tps}};
+    if (r.test[0] == 't' && !r.skipped) {
+      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw);
+      x.update({{"depth_end", r.depth_end},
+                {"bytes_per_step", f.bytes.total()},
+                {"bytes_per_token", f.bytes.total() / r.conc},
+                {"bytes_dense", f.bytes.dense},
+                {"bytes_experts", f.bytes.experts},
+                {"bytes_state", f.bytes.state},
+                {"unique_experts_per_layer_estimated", f.bytes.unique_experts},
+                {"GBps", f.gbps},
+                {"roofline", f.fraction}});
     }
+    return x;
+  };
+  auto on_row = [&](const BenchRow& r) {
+    j["results"].push_back(to_json(r));
+    if (!json_out.empty()) std::ofstream(json_out) << j.dump(2) << "\n";
+    if (!json) {
+      std::fprintf(stderr, "bench: %s d=%lld c=%lld done in %.1f s%s\n", r.test.c_str(), (long long)r.depth,
+                   (long long)r.conc, r.seconds, r.skipped ? " (skipped: --max-seconds)" : "");
+    }
+  };
+  const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
 
-  const DecodeBytes b0 = decode_bytes(*lm, backend_name, 0);
   if (json) {
-    nlohmann::json j;
-    j["model"] = folder;
-    j["family"] = info.family;
-    j["backend"] = backend_name;
-    j["threads"] = backend->threads();
-    j["load_s"] = load_s;
-    j["copy_bandwidth_GBps"] = bw / 1e9;
-    j["decode_bytes_depth0"] = {{"dense", b0.dense},
-                                {"experts", b0.experts},
-                                {"state", b0.state},
-                                {"state_modelled", b0.state_known}};
-    j["repetitions"] = repeats;
-    for (const Row& r : rows) {
-      nlohmann::json x{{"test", r.test},
-                       {"depth", r.depth},
-                       {"concurrent", r.conc},
-                       {"tps_median", percentile(r.tps, 0.5)},
-                       {"tps_p05", percentile(r.tps, 0.05)},
-                       {"ms_median", percentile(r.ms, 0.5)},
-                       {"ms_p95", percentile(r.ms, 0.95)},
-                       {"tps", r.tps}};
-      if (r.test[0] == 't')
-        x.update({{"bytes_per_token", r.bytes_per_token}, {"GBps", r.gbps}, {"roofline", r.roofline}});
-      j["results"].push_back(x);
-    }
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("model %s (%s), backend %s, %d thread(s), loaded in %.2f s, %d repetitions\n", folder.c_str(),
-              info.family.c_str(), backend_name.c_str(), backend->threads(), load_s, repeats);
-  std::printf("copy bandwidth (%s, read + written): %.1f GB/s\n",
-              backend_name == "cuda" ? "device-to-device cudaMemcpy" : "host memcpy, 1 thread", bw / 1e9);
-  std::printf("decode bytes/token at depth 0: dense %.3f MB + selected experts %.3f MB + state %.3f MB%s\n",
-              b0.dense / 1e6, b0.experts / 1e6, b0.state / 1e6,
-              b0.state_known ? "" : " (state not modelled)");
-  std::printf("| %-8s | %6s | %3s | %12s | %10s | %10s | %9s | %8s |\n", "test", "depth", "c", "t/s (median)",
-              "ms median", "ms p95", "GB/s", "roofline");
+  std::printf("| %-8s | %6s | %3s | %12s | %10s | %10s | %9s | %9s | %8s |\n", "test", "depth", "c",
+              "t/s (median)", "ms median", "ms p95", "MB/step", "GB/s", "roofline");
   std::printf(
-      "|----------|--------|-----|--------------|------------|------------|-----------|----------|\n");
-  for (const Row& r : rows) {
-    char gb[32] = "", rf[32] = "";
-    if (r.test[0] == 't') {
-      std::snprintf(gb, sizeof gb, "%.2f", r.gbps);
-      std::snprintf(rf, sizeof rf, "%.2f%%", r.roofline * 100);
+      "|----------|--------|-----|--------------|------------|------------|-----------|-----------|----------"
+      "|\n");
+  for (const BenchRow& r : rows) {
+    if (r.skipped) {
+      std::printf("| %-8s | %6lld | %3lld | skipped (--max-seconds) |\n", r.test.c_str(), (long long)r.depth,
+                  (long long)r.conc);
+      continue;
     }
-    std::printf("| %-8s | %6lld | %3lld | %12.1f | %10.3f | %10.3f | %9s | %8s |\n", r.test.c_str(),
+    char mb[32] = "", gb[32] = "", rf[32] = "";
+    if (r.test[0] == 't') {
+      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw);
+      std::snprintf(mb, sizeof mb, "%.1f", f.bytes.total() / 1e6);
+      std::snprintf(gb, sizeof gb, "%.1f", f.gbps);
+      std::snprintf(rf, sizeof rf, "%.1f%%", f.fraction * 100);
+    }
+    std::printf("| %-8s | %6lld | %3lld | %12.1f | %10.3f | %10.3f | %9s | %9s | %8s |%s\n", r.test.c_str(),
                 (long long)r.depth, (long long)r.conc, percentile(r.tps, 0.5), percentile(r.ms, 0.5),
-                percentile(r.ms, 0.95), gb, rf);
+                percentile(r.ms, 0.95), mb, gb, rf, r.finite ? "" : " NON-FINITE LOGITS");
   }
-  std::printf("(pp ms: one sequence's prompt; tg ms: one decode step over all sequences)\n");
+  std::printf(
+      "(pp ms: time to first token of the C prompts; tg ms: one decode step of all C sequences, "
+      "greedy sampled; roofline: bytes one step reads / step time against the copy bandwidth; "
+      "experts per step estimated as E·(1-(1-k/E)^C))\n");
   return 0;
 }
 
-RegisterCommand reg{"bench", "throughput benchmark (llama-bench style): -m <folder> -p 512 -n 128",
+RegisterCommand reg{"bench", "throughput benchmark (llama-bench style): -m <folder> | --synthetic qwen4_exp",
                     run_bench};
 
 }  // namespace

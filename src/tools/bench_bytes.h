@@ -1,29 +1,49 @@
-// Roofline accounting for `bloomery bench`: the bytes one decoded token reads (weights actually touched plus
-// KV cache / recurrent state) and the card's (or host's) copy bandwidth measured by the tool itself.
+// Roofline accounting for `bloomery bench`: the bytes one decode step reads (weights actually touched plus KV
+// cache / indexer / recurrent state) and the card's (or host's) copy bandwidth measured by the tool itself.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "models/model_loader.h"
 
 namespace bloomery::tools {
 
-struct DecodeBytes {
-  uint64_t dense = 0;        // every non-expert weight of the target model (embedding: one row), as stored
-  uint64_t experts = 0;      // the selected routed experts: per MoE layer, top_k × (bytes of one expert)
-  uint64_t state = 0;        // KV cache read at the given depth + recurrent/conv state read and written
-  bool state_known = false;  // false: the family's state is not modelled here (state = 0)
-  uint64_t total() const { return dense + experts + state; }
+// One logical weight as the roofline sees it: its name, module and what reading it whole costs.
+struct WeightCost {
+  std::string name, module;
+  uint64_t rows = 0;
+  uint64_t stored = 0;  // stored bytes of every part (elements + scales)
+  uint64_t f32 = 0;     // rows · cols · 4 (what the CPU backend keeps)
 };
 
-// Bytes per decoded token at context depth `depth`. backend "cpu" keeps weights as decoded f32 (4 bytes per
-// element); "cuda" reads the stored bytes. The draft (MTP/NextN) layer is not counted: decode does not run
-// it.
-DecodeBytes decode_bytes(const LoadedModel& lm, const std::string& backend, int64_t depth);
+// The weights of a folder loaded by load_model (skipped vision tensors left out).
+std::vector<WeightCost> weight_costs(const LoadedModel& lm);
 
-// Copy bandwidth in bytes/s (bytes read + written): a large device-to-device cudaMemcpy for "cuda", a host
-// memcpy on one thread for "cpu". Returns 0 when it cannot be measured.
+struct DecodeBytes {
+  uint64_t dense = 0;    // every non-expert weight (embedding: one row per sequence; PLE table: its rows)
+  uint64_t experts = 0;  // routed experts touched: per MoE layer, U(C) × (bytes of one expert)
+  uint64_t state = 0;    // KV / indexer reads at the depth + recurrent/conv state read and written, all C
+  double unique_experts = 0;  // U(C) per MoE layer (expected distinct experts, uniform routing)
+  bool state_known = false;   // false: the family's state is not modelled here (state = 0)
+  uint64_t total() const { return dense + experts + state; }  // bytes of one decode step of C sequences
+};
+
+// Bytes of one decode step that advances `conc` sequences by one token each, all at context depth `depth`.
+// backend "cpu" keeps weights as decoded f32 (4 bytes per element); "cuda" reads the stored bytes. The
+// draft (MTP/NextN) layer is not counted: decode does not run it. The routed experts of a step are the union
+// over the C tokens; it is not observed but estimated as U(C) = E·(1 − (1 − k/E)^C) (targets.md §2.1),
+// exact for C = 1 and an upper bound for skewed routing. `family` and `config` (the text config) select
+// the state model (qwen3_next, qwen4_exp).
+DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::string& family,
+                         const nlohmann::json& config, const std::string& backend, int64_t depth,
+                         int64_t conc = 1);
+
+// Copy bandwidth in bytes/s (bytes read + written): the best of a few large device-to-device cudaMemcpy
+// for "cuda", a host memcpy on one thread for "cpu". Returns 0 when it cannot be measured.
 double copy_bandwidth(const std::string& backend);
 
 }  // namespace bloomery::tools

@@ -1,0 +1,219 @@
+// The measuring part of `bloomery bench` (see bench_core.h).
+#include "tools/bench_core.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include "core/error.h"
+
+namespace bloomery::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+class Runner {
+ public:
+  Runner(Backend& be, Model& m, const BenchHooks& h, const BenchParams& p)
+      : be_(be),
+        m_(m),
+        h_(h),
+        p_(p),
+        rng_(p.seed),
+        dist_(0, static_cast<int32_t>(std::max<int64_t>(1, m.info().vocab_size) - 1)) {}
+
+  std::vector<int32_t> tokens(int64_t n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (auto& x : t) x = dist_(rng_);
+    return t;
+  }
+
+  // Consumes ids in ubatch chunks; returns the last chunk's logits (last row).
+  Tensor prefill(SequenceState& st, std::span<const int32_t> ids) {
+    const int64_t ub = p_.ubatch > 0 ? p_.ubatch : static_cast<int64_t>(ids.size());
+    Tensor logits;
+    for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(ub)) {
+      const size_t n = std::min(ids.size() - i, static_cast<size_t>(ub));
+      logits = m_.forward(be_, st, ids.subspan(i, n), false).logits;
+    }
+    return logits;
+  }
+
+  std::unique_ptr<SequenceState> fresh(int64_t depth, int64_t room) {
+    auto st = m_.new_state(be_, depth + room + 8);
+    if (depth > 0) prefill(*st, tokens(depth));
+    return st;
+  }
+
+  // One pp repeat: C sequences at `depth` (untimed), then the C prompts timed up to the first sampled ids.
+  void pp(BenchRow& row) {
+    std::vector<std::unique_ptr<SequenceState>> seqs;
+    for (int64_t i = 0; i < row.conc; ++i) seqs.push_back(fresh(row.depth, row.tokens));
+    std::vector<std::vector<int32_t>> prompts;
+    for (int64_t i = 0; i < row.conc; ++i) prompts.push_back(tokens(row.tokens));
+    h_.sync();
+    const auto t0 = Clock::now();
+    std::vector<Tensor> logits;
+    if (row.conc == 1) {
+      logits.push_back(prefill(*seqs[0], prompts[0]));
+    } else {
+      // The C prompts share each forward_batch call, chunk by chunk.
+      const int64_t ub = p_.ubatch > 0 ? p_.ubatch : row.tokens;
+      for (int64_t c0 = 0; c0 < row.tokens; c0 += ub) {
+        const int64_t n = std::min(ub, row.tokens - c0);
+        std::vector<Model::BatchEntry> entries;
+        for (int64_t i = 0; i < row.conc; ++i)
+          entries.push_back({seqs[i].get(), std::span<const int32_t>(prompts[i]).subspan(c0, n), false});
+        logits.clear();
+        for (ForwardResult& r : m_.forward_batch(be_, entries)) logits.push_back(r.logits);
+      }
+    }
+    (void)h_.greedy(logits);
+    h_.sync();
+    const double s = since(t0);
+    row.ms.push_back(s * 1e3);
+    row.tps.push_back(static_cast<double>(row.conc * row.tokens) / s);
+    row.finite = row.finite && last_row_finite(be_, logits.back());
+  }
+
+  // The depth pool holds at least `c` sequences at depth d (each prefilled untimed, one after another).
+  void grow_pool(int64_t c, int64_t depth, int64_t room) {
+    while (static_cast<int64_t>(pool_.size()) < c) pool_.push_back(fresh(depth, room));
+  }
+  void drop_pool() { pool_.clear(); }
+
+  // One tg repeat on the first C sequences of the pool: n batched decode steps, greedy on the device.
+  void tg(BenchRow& row) {
+    std::vector<int32_t> ids = tokens(row.conc);
+    h_.sync();
+    const auto t0 = Clock::now();
+    std::vector<Tensor> logits;
+    for (int64_t j = 0; j < row.tokens; ++j) {
+      const auto t1 = Clock::now();
+      std::vector<Model::BatchEntry> entries;
+      for (int64_t i = 0; i < row.conc; ++i)
+        entries.push_back({pool_[i].get(), std::span<const int32_t>(&ids[i], 1), false});
+      logits.clear();
+      for (ForwardResult& r : m_.forward_batch(be_, entries)) logits.push_back(r.logits);
+      ids = h_.greedy(logits);  // the ids come back to the host: the step is complete on the device
+      h_.sync();
+      row.ms.push_back(since(t1) * 1e3);
+    }
+    row.tps.push_back(static_cast<double>(row.conc * row.tokens) / since(t0));
+    row.finite = row.finite && last_row_finite(be_, logits.back());
+    row.depth_end = pool_[0]->pos;
+  }
+
+ private:
+  Backend& be_;
+  Model& m_;
+  const BenchHooks& h_;
+  const BenchParams& p_;
+  std::mt19937 rng_;
+  std::uniform_int_distribution<int32_t> dist_;
+  std::vector<std::unique_ptr<SequenceState>> pool_;
+};
+
+}  // namespace
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::min(v.size() - 1, i == 0 ? 0 : i - 1)];
+}
+
+bool last_row_finite(Backend& backend, const Tensor& logits) {
+  if (!logits.defined()) return false;
+  const Tensor last = logits.view({logits.rows(), logits.cols()}).slice(logits.rows() - 1, 1);
+  for (float x : backend.download(last))
+    if (!std::isfinite(x)) return false;
+  return true;
+}
+
+BenchHooks host_hooks(Backend& backend) {
+  BenchHooks h;
+  h.sync = [] {};
+  h.greedy = [&backend](std::span<const Tensor> logits) {
+    std::vector<int32_t> ids;
+    for (const Tensor& t : logits) {
+      const Tensor last = t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1);
+      const std::vector<float> row = backend.download(last);
+      ids.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
+    }
+    return ids;
+  };
+  return h;
+}
+
+std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
+                                     const BenchParams& p,
+                                     const std::function<void(const BenchRow&)>& on_row) {
+  for (const auto* v : {&p.ps, &p.ns, &p.ds})
+    for (int64_t x : *v)
+      if (x < 0) raise("E_BENCH_ARGS", Where{"", "", "-p/-n/-d"}, "non-negative values", std::to_string(x));
+  for (int64_t c : p.cs)
+    if (c < 1) raise("E_BENCH_ARGS", Where{"", "", "-c"}, "at least 1 sequence", std::to_string(c));
+  if (p.repeats < 1)
+    raise("E_BENCH_ARGS", Where{"", "", "-r"}, "at least 1 repetition", std::to_string(p.repeats));
+
+  Runner run(backend, model, hooks, p);
+  if (p.warmup) {
+    BenchRow w;
+    w.tokens = 8;
+    run.pp(w);
+    w.tokens = 4;
+    run.grow_pool(1, 0, 8);
+    run.tg(w);
+    run.drop_pool();
+  }
+  std::vector<int64_t> cs = p.cs;
+  std::sort(cs.begin(), cs.end());
+  int64_t tg_total = 0;  // decode tokens one pool sequence may take: every tg row, every repeat
+  for (int64_t n : p.ns) tg_total += n * p.repeats * static_cast<int64_t>(cs.size());
+
+  std::vector<BenchRow> rows;
+  const auto t_start = Clock::now();
+  auto out_of_time = [&] { return p.max_seconds > 0 && since(t_start) > p.max_seconds; };
+  auto finish = [&](BenchRow& r, Clock::time_point t0) {
+    r.seconds = since(t0);
+    rows.push_back(r);
+    if (on_row) on_row(rows.back());
+  };
+  for (int64_t d : p.ds) {
+    for (int64_t c : p.cs)
+      for (int64_t pn : p.ps) {
+        if (pn == 0) continue;
+        BenchRow r;
+        r.test = "pp" + std::to_string(pn);
+        r.tokens = pn, r.depth = d, r.conc = c;
+        const auto t0 = Clock::now();
+        r.skipped = out_of_time();
+        for (int i = 0; i < p.repeats && !r.skipped; ++i) run.pp(r);
+        finish(r, t0);
+      }
+    for (int64_t c : cs)
+      for (int64_t n : p.ns) {
+        if (n == 0) continue;
+        BenchRow r;
+        r.test = "tg" + std::to_string(n);
+        r.tokens = n, r.depth = d, r.conc = c;
+        const auto t0 = Clock::now();
+        r.skipped = out_of_time();
+        if (!r.skipped) {
+          run.grow_pool(c, d, tg_total);
+          for (int i = 0; i < p.repeats; ++i) run.tg(r);
+        }
+        finish(r, t0);
+      }
+    run.drop_pool();
+  }
+  return rows;
+}
+
+}  // namespace bloomery::tools

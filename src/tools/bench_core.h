@@ -1,0 +1,65 @@
+// The measuring part of `bloomery bench`, free of any CLI or device code so a unit test can run it on the CPU
+// backend: the statistics (median, p95), the pp/tg/depth/concurrency grid, and the timed loops over
+// Model::forward / forward_batch with a greedy sampler supplied by the caller (on the card for CUDA).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "models/model.h"
+
+namespace bloomery::tools {
+
+// Nearest-rank percentile (q in [0, 1]) of a copy of v; 0 for an empty v.
+double percentile(std::vector<double> v, double q);
+
+// What timing needs beyond the Backend interface.
+struct BenchHooks {
+  std::function<void()> sync;  // waits for every queued device operation (no-op on the CPU)
+  // Greedy next token from each logits tensor (its last row), one per tensor, in order. On CUDA this runs
+  // on the card (CudaBackend::sample) and only the ids come back, as a server's loop would do.
+  std::function<std::vector<int32_t>(std::span<const Tensor>)> greedy;
+};
+
+// Host argmax over downloaded logits (lowest index on ties): the CPU backend's hooks.
+BenchHooks host_hooks(Backend& backend);
+
+struct BenchParams {
+  std::vector<int64_t> ps{512}, ns{128}, ds{0}, cs{1};
+  int repeats = 5;
+  int64_t ubatch = 0;      // prompt chunk per forward call (0: the whole prompt in one call)
+  double max_seconds = 0;  // > 0: tests that would start after this much time are skipped (reported)
+  bool warmup = true;      // a short pp + tg before measuring (first launches, allocator growth)
+  uint64_t seed = 1234;    // random prompt ids
+};
+
+struct BenchRow {
+  std::string test;  // "pp512" / "tg128"
+  int64_t tokens = 0, depth = 0, conc = 1;
+  int64_t depth_end = 0;    // tg: the sequences' depth after the last repeat (decode continues in place)
+  std::vector<double> tps;  // tokens/s per repeat (all sequences together)
+  std::vector<double> ms;   // pp: time to first token per repeat (prompt + first sampled id); tg: per step
+  bool finite = true;       // every checked logits row was finite
+  bool skipped = false;     // not run: the time budget was spent
+  double seconds = 0;       // wall time of the whole test, untimed depth prefill included
+};
+
+// Runs the grid: for each depth d, the pp tests (each repeat on fresh sequences prefilled to d, untimed),
+// then the tg tests in ascending C on one pool of sequences prefilled to d once (repeats and larger C
+// continue on the same sequences, so a tg row's depth grows by n per repeat: depth … depth_end). pp with
+// C > 1 runs the C prompts through one forward_batch; tg steps always batch the C sequences.
+// `on_row` is called after every row (e.g. to rewrite a JSON file so a killed run keeps its rows).
+std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
+                                     const BenchParams& params,
+                                     const std::function<void(const BenchRow&)>& on_row = {});
+
+// True when every element of the tensor's last row is finite (downloads one row).
+bool last_row_finite(Backend& backend, const Tensor& logits);
+
+}  // namespace bloomery::tools

@@ -1,0 +1,575 @@
+// Synthetic models for `bloomery bench --synthetic` (see synthetic_model.h).
+#include "tools/synthetic_model.h"
+
+#include <algorithm>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <mutex>
+
+#include "core/error.h"
+#include "core/thread_pool.h"
+#include "formats/classify.h"
+#include "formats/elements.h"
+#include "formats/format_table.h"
+#include "models/model_registry.h"
+
+namespace bloomery::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// ---- random bytes
+// ------------------------------------------------------------------------------------------
+
+uint64_t mix(uint64_t v) {  // splitmix64 step: a fast, well-spread stream from any seed
+  v += 0x9E3779B97F4A7C15ull;
+  v = (v ^ (v >> 30)) * 0xBF58476D1CE4E5B9ull;
+  v = (v ^ (v >> 27)) * 0x94D049BB133111EBull;
+  return v ^ (v >> 31);
+}
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() { return s = mix(s); }
+  double uniform() { return static_cast<double>(next() >> 11) * 0x1.0p-53; }  // [0, 1)
+};
+
+uint16_t bf16_of(float f) {  // round to nearest even
+  const uint32_t u = std::bit_cast<uint32_t>(f);
+  return static_cast<uint16_t>((u + 0x7FFF + ((u >> 16) & 1)) >> 16);
+}
+
+// What the random bytes of a kind hold.
+enum class Kind : uint8_t {
+  Nibbles,     // any byte: two E2M1 codes (all 16 codes are finite)
+  E4m3Scale,   // E4M3 block scales in [0.75, 1.375]
+  E4m3Elem,    // E4M3 elements with magnitudes in [0.25, 3.75] (never NaN)
+  Bf16Uniform  // BF16 uniform in ±std·√3 (std is part of the pool key)
+};
+
+uint8_t e4m3_elem_byte(uint64_t r) {
+  return static_cast<uint8_t>(((r & 1) << 7) | ((5 + ((r >> 1) & 3)) << 3) | ((r >> 3) & 7));
+}
+
+void fill_random(Kind kind, double std, uint64_t seed, uint8_t* out, uint64_t n) {
+  Rng rng{seed};
+  switch (kind) {
+    case Kind::Nibbles:
+      for (uint64_t i = 0; i < n; i += 8) {
+        const uint64_t r = rng.next();
+        std::memcpy(out + i, &r, std::min<uint64_t>(8, n - i));
+      }
+      break;
+    case Kind::E4m3Scale:
+      for (uint64_t i = 0; i < n; ++i) out[i] = static_cast<uint8_t>(0x34 + (rng.next() & 7));
+      break;
+    case Kind::E4m3Elem:
+      for (uint64_t i = 0; i < n; ++i) out[i] = e4m3_elem_byte(rng.next());
+      break;
+    case Kind::Bf16Uniform: {
+      const double a = std * std::sqrt(3.0);
+      for (uint64_t i = 0; i + 1 < n; i += 2) {
+        const uint16_t b = bf16_of(static_cast<float>((2.0 * rng.uniform() - 1.0) * a));
+        std::memcpy(out + i, &b, 2);
+      }
+      break;
+    }
+  }
+}
+
+// RMS of the element values a kind produces (so a scale can bring weights to the wanted std).
+double rms_e2m1() {
+  double s = 0;
+  for (int c = 0; c < 16; ++c)
+    s += static_cast<double>(elem::e2m1(static_cast<uint8_t>(c))) * elem::e2m1(static_cast<uint8_t>(c));
+  return std::sqrt(s / 16);
+}
+double rms_e4m3_elem() {
+  double s = 0;
+  for (int r = 0; r < 64; ++r) {
+    const double v = elem::e4m3_table()[e4m3_elem_byte(static_cast<uint64_t>(r) << 1)];
+    s += v * v;
+  }
+  return std::sqrt(s / 64);
+}
+double rms_e4m3_scale() {
+  double s = 0;
+  for (int r = 0; r < 8; ++r) {
+    const double v = elem::e4m3_table()[0x34 + r];
+    s += v * v;
+  }
+  return std::sqrt(s / 8);
+}
+
+// A block of random bytes of one kind that tensors take windows of.
+struct Pool {
+  Kind kind;
+  double std = 0;
+  uint64_t need = 0;  // the largest window any tensor takes
+  std::vector<uint8_t> bytes;
+};
+
+std::string pool_key(Kind k, double std) {
+  return std::to_string(static_cast<int>(k)) + ":" + std::to_string(std);
+}
+
+// ---- per-tensor plan
+// -----------------------------------------------------------------------------------------
+
+enum class Fill : uint8_t {
+  Pool,     // big tensors: windows of the pools
+  ALog,     // F32 log(U(1, 16))
+  DtBias,   // F32 U(0.5, 1.5)
+  NormOne,  // BF16 1 + U(±0.1) (plain-weighted norm: GDN's gated norm)
+  NormZero  // BF16 U(±0.1) (zero-centred "1 + w" norms)
+};
+
+struct Plan {
+  const TensorDecl* decl = nullptr;
+  std::string module;
+  uint64_t rows = 0, cols = 0;
+  FormatId format = FormatId::BF16;
+  Fill fill = Fill::Pool;
+  double std = 0;   // wanted weight std
+  PartSizes sizes;  // of the stored parts
+  bool table = false;
+};
+
+bool ends_with(const std::string& s, std::string_view t) {
+  return s.size() >= t.size() && s.compare(s.size() - t.size(), t.size(), t) == 0;
+}
+bool has(const std::string& s, std::string_view t) {
+  return s.find(t) != std::string::npos;
+}
+
+std::string module_of(const std::string& name) {
+  const size_t dot = name.rfind('.');
+  return dot == std::string::npos ? name : name.substr(0, dot);
+}
+
+// Projections the QAD export stores in MXFP8 (models.md §3.11).
+bool qad_mxfp8(const std::string& n) {
+  for (const char* p : {"linear_attn.in_proj_", "linear_attn.out_proj", "self_attn.q_proj",
+                        "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "indexer.index_qk_proj",
+                        "shared_expert.gate_proj", "shared_expert.up_proj", "shared_expert.down_proj",
+                        "input_mix_weight_down", "input_mix_weight_up", "ple.key_proj", "ple.value_proj"})
+    if (has(n, p)) return true;
+  return false;
+}
+
+Plan plan_for(const TensorDecl& d, SyntheticLayout layout) {
+  Plan p;
+  p.decl = &d;
+  p.module = module_of(d.name);
+  if (d.shape.empty())
+    raise("E_BENCH_UNSUPPORTED", Where{"", d.name, "shape"}, "a declared shape (synthetic weights)",
+          "take the stored shape");
+  p.rows = static_cast<uint64_t>(d.shape[0]);
+  p.cols = 1;
+  for (size_t i = 1; i < d.shape.size(); ++i) p.cols *= static_cast<uint64_t>(d.shape[i]);
+  p.std = 1.0 / std::sqrt(static_cast<double>(p.cols));
+  p.table = d.streamed;
+  const std::string& n = d.name;
+  std::string container, proj;
+  int e = 0;
+  const bool expert = parse_expert_module(p.module, &container, &e, &proj);
+  const bool mtp = n.rfind("mtp.", 0) == 0;
+  if (d.streamed) {  // the PLE n-gram table: rows are embeddings (std 1)
+    p.format = layout == SyntheticLayout::Nvidia ? FormatId::FP8_TENSOR : FormatId::NVFP4;
+    p.std = 1.0;
+  } else if (ends_with(n, "A_log")) {
+    p.format = FormatId::F32, p.fill = Fill::ALog;
+  } else if (ends_with(n, "dt_bias")) {
+    p.format = FormatId::F32, p.fill = Fill::DtBias;
+  } else if (has(n, "linear_attn.norm.")) {
+    p.fill = Fill::NormOne;
+  } else if (has(n, "norm")) {
+    p.fill = Fill::NormZero;
+  } else if (expert && mtp && layout == SyntheticLayout::Nvidia) {
+    p.format = FormatId::FP8_BLOCK;
+  } else if (expert) {
+    p.format = FormatId::NVFP4;
+  } else if (layout == SyntheticLayout::Qad && qad_mxfp8(n)) {
+    p.format = FormatId::MXFP8;
+  }
+  // A format the shape cannot take (K alignment) falls back to BF16, as an exporter would keep it dense.
+  if ((p.format == FormatId::NVFP4 && p.cols % 16 != 0) || (p.format == FormatId::MXFP8 && p.cols % 32 != 0))
+    p.format = FormatId::BF16;
+  return p;
+}
+
+// The WeightBytes header (dtypes, shape) of a plan; spans are filled later.
+WeightBytes header(const Plan& p) {
+  WeightBytes w;
+  w.format = p.format;
+  w.rows = p.rows, w.cols = p.cols;
+  switch (p.format) {
+    case FormatId::F32:
+      w.main_dtype = DType::F32;
+      break;
+    case FormatId::NVFP4:
+      w.main_dtype = DType::U8, w.scale_dtype = DType::F8_E4M3, w.global_dtype = DType::F32;
+      break;
+    case FormatId::MXFP8:
+      w.main_dtype = DType::F8_E4M3, w.scale_dtype = DType::U8;
+      break;
+    case FormatId::FP8_TENSOR:
+      w.main_dtype = DType::F8_E4M3, w.global_dtype = DType::BF16;
+      break;
+    case FormatId::FP8_BLOCK:
+      w.main_dtype = DType::F8_E4M3, w.scale_dtype = DType::BF16, w.block_n = 128, w.block_k = 128;
+      break;
+    default:
+      w.main_dtype = DType::BF16;
+  }
+  return w;
+}
+
+// The pools a plan's big parts are windows of.
+std::pair<Kind, double> main_pool(const Plan& p) {
+  switch (p.format) {
+    case FormatId::NVFP4:
+      return {Kind::Nibbles, 0};
+    case FormatId::MXFP8:
+    case FormatId::FP8_TENSOR:
+    case FormatId::FP8_BLOCK:
+      return {Kind::E4m3Elem, 0};
+    default:
+      return {Kind::Bf16Uniform, p.std};
+  }
+}
+
+// One tensor's stored bytes: pool windows for the big parts, own buffers for the small ones.
+struct Built {
+  WeightBytes bytes;
+  std::vector<uint8_t> own_main, own_scale, own_global;
+};
+
+void build_bytes(const Plan& p, const std::map<std::string, Pool>& pools, uint64_t seed, Built& b) {
+  b.bytes = header(p);
+  WeightBytes& w = b.bytes;
+  Rng rng{seed};
+  if (p.fill != Fill::Pool) {
+    const uint64_t n = p.rows * p.cols;
+    if (p.format == FormatId::F32) {
+      b.own_main.resize(n * 4);
+      for (uint64_t i = 0; i < n; ++i) {
+        const float v = p.fill == Fill::ALog ? static_cast<float>(std::log(1.0 + 15.0 * rng.uniform()))
+                                             : static_cast<float>(0.5 + rng.uniform());
+        std::memcpy(b.own_main.data() + 4 * i, &v, 4);
+      }
+    } else {
+      b.own_main.resize(n * 2);
+      for (uint64_t i = 0; i < n; ++i) {
+        const float v = static_cast<float>((p.fill == Fill::NormOne ? 1.0 : 0.0) + 0.2 * rng.uniform() - 0.1);
+        const uint16_t h = bf16_of(v);
+        std::memcpy(b.own_main.data() + 2 * i, &h, 2);
+      }
+    }
+    w.main = b.own_main;
+    return;
+  }
+  auto window = [&](Kind k, double std, uint64_t bytes) {
+    const Pool& pool = pools.at(pool_key(k, std));
+    const uint64_t room = pool.bytes.size() - bytes;
+    const uint64_t off = room ? (rng.next() % room) & ~uint64_t{15} : 0;
+    return std::span<const uint8_t>(pool.bytes.data() + off, bytes);
+  };
+  const auto [kind, std] = main_pool(p);
+  w.main = window(kind, std, p.sizes.main);
+  switch (p.format) {
+    case FormatId::NVFP4: {
+      w.block_scale = window(Kind::E4m3Scale, 0, p.sizes.block_scale);
+      const float g = static_cast<float>(p.std / (rms_e2m1() * rms_e4m3_scale()));
+      b.own_global.resize(4);
+      std::memcpy(b.own_global.data(), &g, 4);
+      w.global_scale = b.own_global;
+      break;
+    }
+    case FormatId::MXFP8: {
+      const int e = static_cast<int>(std::lround(std::log2(p.std / rms_e4m3_elem())));
+      b.own_scale.assign(p.sizes.block_scale, static_cast<uint8_t>(std::clamp(127 + e, 1, 254)));
+      w.block_scale = b.own_scale;
+      break;
+    }
+    case FormatId::FP8_TENSOR: {
+      const uint16_t h = bf16_of(static_cast<float>(p.std / rms_e4m3_elem()));
+      b.own_global.resize(2);
+      std::memcpy(b.own_global.data(), &h, 2);
+      w.global_scale = b.own_global;
+      break;
+    }
+    case FormatId::FP8_BLOCK: {
+      const uint64_t n = p.sizes.block_scale / 2;
+      b.own_scale.resize(n * 2);
+      for (uint64_t i = 0; i < n; ++i) {  // a grid of BF16 multipliers, ±10 % around the wanted scale
+        const uint16_t h = bf16_of(static_cast<float>(p.std / rms_e4m3_elem() * (0.9 + 0.2 * rng.uniform())));
+        std::memcpy(b.own_scale.data() + 2 * i, &h, 2);
+      }
+      w.block_scale = b.own_scale;
+      break;
+    }
+    default:
+      break;
+  }
+}
+
+// The n-gram table's shards (split_ngram_parts of them, as a checkpoint stores it), filled from the pools in
+// parallel: every shard row is real host memory.
+SyntheticTable build_table(const Plan& p, const std::map<std::string, Pool>& pools, int64_t parts,
+                           ThreadPool& tp, uint64_t seed) {
+  SyntheticTable t;
+  t.format = p.format;
+  t.rows = p.rows, t.cols = p.cols;
+  const uint64_t per = (p.rows + static_cast<uint64_t>(std::max<int64_t>(1, parts)) - 1) /
+                       static_cast<uint64_t>(std::max<int64_t>(1, parts));
+  const bool nv = p.format == FormatId::NVFP4;
+  const uint64_t row_bytes = nv ? p.cols / 2 : p.cols, scale_row = nv ? p.cols / 16 : 0;
+  auto bufs = std::make_shared<std::vector<std::unique_ptr<uint8_t[]>>>();
+  for (uint64_t r0 = 0; r0 < p.rows; r0 += per) {
+    SyntheticTable::Shard s;
+    s.rows = std::min(per, p.rows - r0);
+    bufs->emplace_back(new uint8_t[s.rows * (row_bytes + scale_row)]);  // uninitialised: filled below
+    s.elements = bufs->back().get();
+    if (nv) s.block_scales = s.elements + s.rows * row_bytes;
+    t.shards.push_back(s);
+  }
+  const Pool& elems = pools.at(pool_key(nv ? Kind::Nibbles : Kind::E4m3Elem, 0));
+  const Pool* scales = nv ? &pools.at(pool_key(Kind::E4m3Scale, 0)) : nullptr;
+  tp.parallel_for(static_cast<int64_t>(t.shards.size()), [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) {
+      Rng rng{seed + static_cast<uint64_t>(i)};
+      auto copy = [&](const Pool& pool, uint8_t* dst, uint64_t n) {  // pool windows, repeated to length
+        for (uint64_t o = 0; o < n;) {
+          const uint64_t start = rng.next() % (pool.bytes.size() / 2);
+          const uint64_t len = std::min(n - o, pool.bytes.size() - start);
+          std::memcpy(dst + o, pool.bytes.data() + start, len);
+          o += len;
+        }
+      };
+      const SyntheticTable::Shard& s = t.shards[i];
+      copy(elems, const_cast<uint8_t*>(s.elements), s.rows * row_bytes);
+      if (scales) copy(*scales, const_cast<uint8_t*>(s.block_scales), s.rows * scale_row);
+    }
+  });
+  t.global = nv ? static_cast<float>(p.std / (rms_e2m1() * rms_e4m3_scale()))
+                : std::bit_cast<float>(
+                      static_cast<uint32_t>(bf16_of(static_cast<float>(p.std / rms_e4m3_elem()))) << 16);
+  t.owner = bufs;
+  return t;
+}
+
+// The whole table decoded to f32 (the path without a table hook: tiny configs).
+std::vector<float> decode_table(const SyntheticTable& t) {
+  std::vector<float> out(t.rows * t.cols);
+  uint64_t r0 = 0;
+  for (const SyntheticTable::Shard& s : t.shards) {
+    WeightBytes w;
+    w.format = t.format;
+    w.rows = s.rows, w.cols = t.cols;
+    const uint16_t g16 = bf16_of(t.global);
+    if (t.format == FormatId::NVFP4) {
+      w.main_dtype = DType::U8, w.scale_dtype = DType::F8_E4M3, w.global_dtype = DType::F32;
+      w.main = {s.elements, s.rows * t.cols / 2};
+      w.block_scale = {s.block_scales, s.rows * t.cols / 16};
+      w.global_scale = {reinterpret_cast<const uint8_t*>(&t.global), 4};
+    } else {
+      w.main_dtype = DType::F8_E4M3, w.global_dtype = DType::BF16;
+      w.main = {s.elements, s.rows * t.cols};
+      w.global_scale = {reinterpret_cast<const uint8_t*>(&g16), 2};
+    }
+    decode_rows(w, 0, s.rows, out.data() + r0 * t.cols);
+    r0 += s.rows;
+  }
+  return out;
+}
+
+}  // namespace
+
+SyntheticLayout parse_synthetic_layout(const std::string& name) {
+  if (name == "nvidia") return SyntheticLayout::Nvidia;
+  if (name == "qad") return SyntheticLayout::Qad;
+  raise("E_BENCH_ARGS", Where{"", "", "--synthetic-layout"}, "nvidia or qad", name);
+}
+
+nlohmann::json builtin_config(const std::string& family) {
+  if (family != "qwen4_exp")
+    raise("E_BENCH_UNSUPPORTED", Where{"", "", "--synthetic"}, "a family with a built-in config (qwen4_exp)",
+          family);
+  // models.md §3.2, the shipped Qwen3.8-Flash-Next config.
+  nlohmann::json layer_types = nlohmann::json::array();
+  for (int i = 0; i < 48; ++i) layer_types.push_back(i % 4 == 3 ? "full_attention" : "linear_attention");
+  nlohmann::json t = {{"model_type", "qwen4_exp_text"},
+                      {"vocab_size", 248320},
+                      {"hidden_size", 2560},
+                      {"num_hidden_layers", 48},
+                      {"layer_types", layer_types},
+                      {"num_attention_heads", 24},
+                      {"num_key_value_heads", 2},
+                      {"head_dim", 256},
+                      {"linear_num_key_heads", 16},
+                      {"linear_num_value_heads", 48},
+                      {"linear_key_head_dim", 128},
+                      {"linear_value_head_dim", 128},
+                      {"linear_conv_kernel_dim", 4},
+                      {"output_gate_type", "sigmoid"},
+                      {"hidden_act", "silu"},
+                      {"num_experts", 512},
+                      {"num_experts_per_tok", 10},
+                      {"moe_intermediate_size", 640},
+                      {"shared_expert_intermediate_size", 640},
+                      {"norm_topk_prob", true},
+                      {"hc_count", 4},
+                      {"hc_lowrank", 320},
+                      {"ple_layer_ids", {2}},
+                      {"ple_embed_dim", 2560},
+                      {"ple_conv_kernel_size", 4},
+                      {"ngram_size", 3},
+                      {"heads_per_ngram", 8},
+                      {"ngram_vocab_size_base", 20000000},
+                      {"make_ngram_vocab_size_divisible_by", 128},
+                      {"seed", 1234},
+                      {"split_ngram_parts", 128},
+                      {"indexer_n_heads", 4},
+                      {"indexer_kv_heads", 1},
+                      {"indexer_head_dim", 128},
+                      {"indexer_budget", 2048},
+                      {"indexer_compress_ratio", 4},
+                      {"rope_parameters",
+                       {{"rope_type", "default"},
+                        {"rope_theta", 10000000.0},
+                        {"partial_rotary_factor", 0.25},
+                        {"mrope_section", {11, 11, 10}},
+                        {"mrope_interleaved", true}}},
+                      {"max_position_embeddings", 262144},
+                      {"rms_norm_eps", 1e-6},
+                      {"eos_token_id", 248044},
+                      {"tie_word_embeddings", false},
+                      {"attention_bias", false},
+                      {"mtp_num_hidden_layers", 1},
+                      {"mtp_use_dedicated_embeddings", false},
+                      {"mamba_ssm_dtype", "float32"}};
+  return {{"model_type", "qwen4_exp"},
+          {"architectures", {"Qwen4ExpForConditionalGeneration"}},
+          {"tie_word_embeddings", false},
+          {"text_config", t}};
+}
+
+nlohmann::json synthetic_config(const std::string& spec) {
+  const size_t colon = spec.find(':');
+  const std::string family = spec.substr(0, colon);
+  nlohmann::json c = builtin_config(family);
+  if (colon == std::string::npos) return c;
+  const std::string path = spec.substr(colon + 1);
+  std::ifstream f(path);
+  if (!f) raise("E_BENCH_CONFIG", Where{path, "", ""}, "a readable config.json", "cannot open");
+  nlohmann::json user = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+  if (!user.is_object()) raise("E_BENCH_CONFIG", Where{path, "", ""}, "a JSON object", "invalid JSON");
+  if (user.contains("text_config"))
+    c.merge_patch(user);
+  else
+    c["text_config"].merge_patch(user);
+  return c;
+}
+
+std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
+                                                SyntheticLayout layout, const SyntheticHooks& hooks,
+                                                int threads, uint64_t seed) {
+  const auto t0 = Clock::now();
+  auto sm = std::make_unique<SyntheticModel>();
+  // The multimodal wrapper's prefix, as the shipped checkpoint names its text tensors.
+  sm->config = read_model_config(config, {"model.language_model.embed_tokens.weight"});
+  sm->model = create_model(sm->config);
+  const std::vector<TensorDecl> decls = sm->model->declare();
+
+  // Plans, and the largest window each pool must serve.
+  std::vector<Plan> plans;
+  plans.reserve(decls.size());
+  std::map<std::string, Pool> pools;
+  auto need = [&](Kind k, double std, uint64_t bytes) {
+    Pool& p = pools[pool_key(k, std)];
+    p.kind = k, p.std = std, p.need = std::max(p.need, bytes);
+  };
+  for (const TensorDecl& d : decls) {
+    Plan p = plan_for(d, layout);
+    p.sizes = expected_part_sizes(header(p), Where{"", d.name, ""});
+    if (p.table) {  // tables copy pool windows repeatedly: a modest pool serves any size
+      const bool nv = p.format == FormatId::NVFP4;
+      need(nv ? Kind::Nibbles : Kind::E4m3Elem, 0, std::min<uint64_t>(p.sizes.main, 64u << 20));
+      if (nv) need(Kind::E4m3Scale, 0, std::min<uint64_t>(p.sizes.block_scale, 16u << 20));
+    } else if (p.fill == Fill::Pool) {
+      const auto [k, std] = main_pool(p);
+      need(k, std, p.sizes.main);
+      if (p.format == FormatId::NVFP4) need(Kind::E4m3Scale, 0, p.sizes.block_scale);
+    }
+    plans.push_back(std::move(p));
+  }
+
+  // Pools: a quarter larger than the largest window, so windows of equal-sized tensors differ.
+  ThreadPool tp(threads);
+  uint64_t pool_seed = seed;
+  for (auto& [key, p] : pools) {
+    const uint64_t size = (p.need + p.need / 4 + 4096) & ~uint64_t{15};
+    p.bytes.resize(size);
+    const uint64_t chunk = 1 << 22, chunks = (size + chunk - 1) / chunk, base = mix(++pool_seed);
+    tp.parallel_for(static_cast<int64_t>(chunks), [&](int64_t a, int64_t b) {
+      for (int64_t i = a; i < b; ++i) {
+        const uint64_t o = static_cast<uint64_t>(i) * chunk;
+        fill_random(p.kind, p.std, base + static_cast<uint64_t>(i), p.bytes.data() + o,
+                    std::min(chunk, size - o));
+      }
+    });
+  }
+
+  // Tables first (their shard fill runs on the pool), then every other tensor in parallel.
+  std::vector<Weight> made(plans.size());
+  std::mutex upload_mu;  // Backend::upload_weight is not promised to be thread-safe
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const Plan& p = plans[i];
+    if (!p.table) continue;
+    const int64_t parts = cfg_int(sm->config.text, "split_ngram_parts", 1);
+    SyntheticTable t = build_table(p, pools, parts, tp, mix(seed + 7919 * i));
+    sm->table_bytes += p.sizes.main + p.sizes.block_scale;
+    if (hooks.table) {
+      made[i] = hooks.table(p.decl->name, p.decl->shape, t);
+    } else {
+      const std::vector<float> f = decode_table(t);
+      made[i] = backend.upload_weight(p.decl->name, f, p.decl->shape);
+    }
+  }
+  tp.parallel_for(static_cast<int64_t>(plans.size()), [&](int64_t a, int64_t b) {
+    for (int64_t i = a; i < b; ++i) {
+      const Plan& p = plans[i];
+      if (p.table) continue;
+      Built bt;
+      build_bytes(p, pools, mix(seed + 0x51ED * static_cast<uint64_t>(i + 1)), bt);
+      if (hooks.stored) {
+        made[i] = hooks.stored(p.decl->name, p.decl->shape, bt.bytes);
+        continue;
+      }
+      Warnings warnings;
+      validate_weight_bytes(bt.bytes, Where{"", p.decl->name, ""}, warnings);
+      std::vector<float> f(p.rows * p.cols);
+      decode_rows(bt.bytes, 0, p.rows, f.data());
+      std::lock_guard<std::mutex> lock(upload_mu);
+      made[i] = backend.upload_weight(p.decl->name, f, p.decl->shape);
+    }
+  });
+
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const Plan& p = plans[i];
+    const uint64_t stored = p.sizes.main + p.sizes.block_scale + p.sizes.global_scale;
+    sm->costs.push_back({p.decl->name, p.module, p.rows, stored, p.rows * p.cols * 4});
+    sm->bytes_by_format[std::string(format_name(p.format))] += stored;
+    sm->weights.put(p.decl->name, std::move(made[i]));
+  }
+  sm->model->bind(backend, sm->weights);
+  sm->build_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return sm;
+}
+
+}  // namespace bloomery::tools

@@ -1,0 +1,81 @@
+// `bloomery bench --synthetic <family>[:config.json]`: a model built at its real size directly in memory, no
+// file. The family's own declare() list gives every tensor; each gets the stored format the named export
+// ships (formats.md §9) filled with random bytes whose scales keep activations finite (weights of roughly
+// N(0, 1/K) magnitude, zero-centred norms near 0, GDN decay parameters in their usual ranges). Big tensors
+// are windows of shared random pools, so building 70 GB costs little more than the upload.
+//
+// Backend-agnostic: each tensor's stored bytes go to an uploader the caller supplies (CUDA: upload_stored,
+// the bytes stay in their format on the card); without one they are validated and decoded by the format
+// layer and loaded as f32 with Backend::upload_weight (the CPU backend; tiny configs). The streamed PLE
+// table is handed over as host shards (CUDA: a host-resident table), or decoded whole without a table hook.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backend/backend.h"
+#include "formats/decode.h"
+#include "models/model.h"
+#include "tools/bench_bytes.h"
+
+namespace bloomery::tools {
+
+// Which export's formats the tensors get.
+enum class SyntheticLayout {
+  Nvidia,  // nvidia/…-NVFP4: routed experts NVFP4, MTP experts FP8 128×128 blocks, PLE table FP8, rest BF16
+  Qad,     // QAD export (models.md §3.11): + projections MXFP8 (GDN, attention, indexer, shared expert, HC
+           // down/up, PLE projections), MTP experts and the PLE table NVFP4
+};
+SyntheticLayout parse_synthetic_layout(const std::string& name);  // "nvidia" | "qad"; E_BENCH_ARGS otherwise
+
+// The built-in full-size config.json of a family (qwen4_exp: models.md §3.2 shipped values). Throws
+// E_BENCH_UNSUPPORTED for a family without one.
+nlohmann::json builtin_config(const std::string& family);
+// "family[:path]": the built-in config with path's JSON merged over it (RFC 7386 merge patch; a file
+// without text_config is merged into text_config). E_BENCH_CONFIG when the file cannot be read.
+nlohmann::json synthetic_config(const std::string& spec);
+
+// A streamed table's stored bytes as runs of rows in host memory (one run per allocation).
+struct SyntheticTable {
+  FormatId format = FormatId::FP8_TENSOR;
+  uint64_t rows = 0, cols = 0;
+  struct Shard {
+    uint64_t rows = 0;
+    const uint8_t* elements = nullptr;      // packed rows
+    const uint8_t* block_scales = nullptr;  // NVFP4: cols/16 E4M3 bytes per row; else null
+  };
+  std::vector<Shard> shards;
+  float global = 1.0f;  // FP8_TENSOR scale / NVFP4 weight_scale_2
+  std::shared_ptr<const void> owner;
+};
+
+struct SyntheticHooks {
+  // Stored bytes → a Weight in that format. Null: decode to f32 and Backend::upload_weight.
+  std::function<Weight(const std::string& name, std::vector<int64_t> shape, const WeightBytes& bytes)> stored;
+  // A streamed table (the PLE n-gram table). Null: decoded whole and uploaded like any weight (tiny only).
+  std::function<Weight(const std::string& name, std::vector<int64_t> shape, const SyntheticTable& table)>
+      table;
+};
+
+struct SyntheticModel {
+  ModelConfig config;
+  WeightSet weights;
+  std::unique_ptr<Model> model;
+  std::vector<WeightCost> costs;                    // every built weight, as stored (for the roofline)
+  std::map<std::string, uint64_t> bytes_by_format;  // stored bytes per format name
+  uint64_t table_bytes = 0;                         // streamed tables (host memory)
+  double build_seconds = 0;                         // random pools + every upload + bind
+};
+
+// Builds config's model with random weights on `backend`, `threads` host workers (0: every core).
+std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
+                                                SyntheticLayout layout, const SyntheticHooks& hooks,
+                                                int threads = 0, uint64_t seed = 42);
+
+}  // namespace bloomery::tools

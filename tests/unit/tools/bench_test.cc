@@ -1,0 +1,197 @@
+// bloomery bench's library parts on the CPU backend: statistics on known inputs, the synthetic builder on a
+// tiny qwen4_exp config (formats per tensor, magnitudes, finite logits), the pp/tg grid run once, and the
+// decode-bytes model.
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "core/error.h"
+#include "tools/bench_bytes.h"
+#include "tools/bench_core.h"
+#include "tools/synthetic_model.h"
+
+namespace bloomery::tools {
+namespace {
+
+TEST(BenchStats, PercentileNearestRank) {
+  EXPECT_EQ(percentile({}, 0.5), 0.0);
+  EXPECT_EQ(percentile({7}, 0.95), 7.0);
+  EXPECT_EQ(percentile({5, 1, 4, 2, 3}, 0.5), 3.0);
+  EXPECT_EQ(percentile({5, 1, 4, 2, 3}, 0.95), 5.0);
+  EXPECT_EQ(percentile({5, 1, 4, 2, 3}, 0.05), 1.0);
+  std::vector<double> v;
+  for (int i = 20; i >= 1; --i) v.push_back(i);
+  EXPECT_EQ(percentile(v, 0.5), 10.0);   // rank ceil(10) = 10
+  EXPECT_EQ(percentile(v, 0.95), 19.0);  // rank ceil(19) = 19
+  EXPECT_EQ(percentile(v, 1.0), 20.0);
+}
+
+// A tiny qwen4_exp (the fixture's shape: 5 layers, 2 QSA, PLE on layer 1, 16 experts top-4, MTP layer).
+std::string tiny_config_file() {
+  const nlohmann::json t = {
+      {"vocab_size", 384},
+      {"hidden_size", 64},
+      {"num_hidden_layers", 5},
+      {"layer_types",
+       {"linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"}},
+      {"num_attention_heads", 6},
+      {"num_key_value_heads", 2},
+      {"head_dim", 32},
+      {"linear_num_key_heads", 2},
+      {"linear_num_value_heads", 6},
+      {"linear_key_head_dim", 16},
+      {"linear_value_head_dim", 16},
+      {"num_experts", 16},
+      {"num_experts_per_tok", 4},
+      {"moe_intermediate_size", 32},
+      {"shared_expert_intermediate_size", 32},
+      {"hc_lowrank", 8},
+      {"ple_embed_dim", 256},
+      {"ngram_vocab_size_base", 256},
+      {"split_ngram_parts", 4},
+      {"indexer_n_heads", 8},
+      {"indexer_head_dim", 16},
+      {"indexer_budget", 8},
+      {"rope_parameters",
+       {{"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}, {"mrope_section", {2, 1, 1}}}},
+      {"max_position_embeddings", 4096},
+      {"eos_token_id", 2}};
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("bloomery_tiny_qwen4_" + std::to_string(::getpid()) + ".json");
+  std::ofstream(path) << t.dump();
+  return path.string();
+}
+
+TEST(Synthetic, ConfigMergesOverBuiltin) {
+  const nlohmann::json full = synthetic_config("qwen4_exp");
+  EXPECT_EQ(full["text_config"]["num_hidden_layers"], 48);
+  EXPECT_EQ(full["text_config"]["num_experts"], 512);
+  EXPECT_EQ(full["text_config"]["layer_types"][3], "full_attention");
+  const nlohmann::json tiny = synthetic_config("qwen4_exp:" + tiny_config_file());
+  EXPECT_EQ(tiny["text_config"]["num_hidden_layers"], 5);
+  EXPECT_EQ(tiny["text_config"]["output_gate_type"], "sigmoid");  // kept from the built-in config
+  EXPECT_EQ(tiny["model_type"], "qwen4_exp");
+  try {
+    synthetic_config("glm5_next");
+    FAIL() << "no built-in glm5_next config";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.info().id, "E_BENCH_UNSUPPORTED");
+  }
+  try {
+    synthetic_config("qwen4_exp:/nonexistent/config.json");
+    FAIL() << "missing file";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.info().id, "E_BENCH_CONFIG");
+  }
+}
+
+double rms(const Tensor& t) {
+  double s = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) s += static_cast<double>(t.f32()[i]) * t.f32()[i];
+  return std::sqrt(s / static_cast<double>(t.numel()));
+}
+
+TEST(Synthetic, TinyQwen4OnCpuHasExportFormatsAndSaneScales) {
+  auto be = make_cpu_backend(2);
+  auto sm = build_synthetic(synthetic_config("qwen4_exp:" + tiny_config_file()), *be, SyntheticLayout::Nvidia,
+                            {}, 2);
+  const auto decls = sm->model->declare();
+  EXPECT_EQ(sm->weights.size(), decls.size());  // every declared tensor, the optional MTP layer included
+  EXPECT_TRUE(sm->model->info().has_draft);
+  EXPECT_GT(sm->bytes_by_format["NVFP4"], 0u);
+  EXPECT_GT(sm->bytes_by_format["BF16"], 0u);
+  EXPECT_GT(sm->bytes_by_format["FP8_BLOCK"], 0u);  // the MTP layer's experts
+  EXPECT_GT(sm->table_bytes, 0u);                   // the FP8 PLE table
+  EXPECT_EQ(sm->bytes_by_format.count("MXFP8"), 0u);
+  // Weights come out near N(0, 1/K): an NVFP4 expert, a BF16 projection, the FP8-block MTP expert.
+  const std::string P = "model.language_model.layers.0.";
+  for (const std::string& name : {P + "mlp.experts.3.gate_proj.weight", P + "linear_attn.in_proj_qkv.weight",
+                                  std::string("mtp.layers.0.mlp.experts.1.up_proj.weight")}) {
+    const Weight& w = sm->weights.get(name);
+    const double want = 1.0 / std::sqrt(static_cast<double>(w.cols()));
+    EXPECT_NEAR(rms(w.dense()), want, 0.25 * want) << name;
+  }
+  // Norm weights hold their usual values: zero-centred q_norm, plain GDN gated norm around 1.
+  EXPECT_LT(rms(sm->weights.get("model.language_model.layers.2.self_attn.q_norm.weight").dense()), 0.1);
+  EXPECT_NEAR(rms(sm->weights.get(P + "linear_attn.norm.weight").dense()), 1.0, 0.1);
+  const float a_log = sm->weights.get(P + "linear_attn.A_log").dense().f32()[0];
+  EXPECT_TRUE(a_log >= 0.0f && a_log <= std::log(16.0f));
+
+  // The bench grid once: pp and tg at depth 4 with C = 1 and 2 (tg batched through forward_batch).
+  BenchParams p;
+  p.ps = {8};
+  p.ns = {3};
+  p.ds = {4};
+  p.cs = {1, 2};
+  p.repeats = 2;
+  int seen = 0;
+  const auto rows = run_bench_grid(*be, *sm->model, host_hooks(*be), p, [&](const BenchRow&) { ++seen; });
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(seen, 4);
+  for (const BenchRow& r : rows) {
+    EXPECT_FALSE(r.skipped);
+    EXPECT_TRUE(r.finite) << r.test << " c=" << r.conc;
+    ASSERT_EQ(r.tps.size(), 2u);
+    EXPECT_GT(percentile(r.tps, 0.5), 0.0);
+    if (r.test == "tg3") {
+      EXPECT_EQ(r.ms.size(), 6u);  // 2 repeats × 3 steps
+      EXPECT_GE(r.depth_end, 4 + 6);
+    } else {
+      EXPECT_EQ(r.test, "pp8");
+      EXPECT_EQ(r.ms.size(), 2u);
+    }
+  }
+  EXPECT_EQ(rows[2].conc, 1);
+  EXPECT_EQ(rows[3].conc, 2);
+  EXPECT_EQ(rows[3].depth_end, rows[2].depth_end + 6);  // C = 2 continues on the same pool sequences
+}
+
+TEST(Synthetic, QadLayoutStoresProjectionsMxfp8) {
+  auto be = make_cpu_backend(2);
+  auto sm =
+      build_synthetic(synthetic_config("qwen4_exp:" + tiny_config_file()), *be, SyntheticLayout::Qad, {}, 2);
+  EXPECT_GT(sm->bytes_by_format["MXFP8"], 0u);
+  EXPECT_EQ(sm->bytes_by_format.count("FP8_BLOCK"), 0u);  // QAD ships NVFP4 draft experts
+  const Weight& w = sm->weights.get("model.language_model.layers.0.linear_attn.in_proj_qkv.weight");
+  const double want = 1.0 / std::sqrt(static_cast<double>(w.cols()));
+  EXPECT_NEAR(rms(w.dense()), want, 0.5 * want);  // power-of-two scales: within a factor √2
+  BenchParams p;
+  p.ps = {0};
+  p.ns = {2};
+  p.repeats = 1;
+  p.warmup = false;
+  const auto rows = run_bench_grid(*be, *sm->model, host_hooks(*be), p);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_TRUE(rows[0].finite);
+}
+
+TEST(BenchBytes, ExpertsAreTheUnionOverSequences) {
+  auto be = make_cpu_backend(1);
+  auto sm = build_synthetic(synthetic_config("qwen4_exp:" + tiny_config_file()), *be, SyntheticLayout::Nvidia,
+                            {}, 1);
+  const nlohmann::json& c = sm->config.text;
+  const DecodeBytes b1 = decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 100, 1);
+  const DecodeBytes b4 = decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 100, 4);
+  EXPECT_DOUBLE_EQ(b1.unique_experts, 4.0);  // C = 1: exactly top_k
+  const double u4 = 16.0 * (1.0 - std::pow(1.0 - 4.0 / 16.0, 4));
+  EXPECT_NEAR(b4.unique_experts, u4, 1e-9);
+  EXPECT_NEAR(static_cast<double>(b4.experts) / b1.experts, u4 / 4.0, 1e-3);
+  EXPECT_EQ(b4.state, 4 * b1.state);  // state is per sequence
+  EXPECT_TRUE(b1.state_known);
+  // Deeper context reads more KV.
+  EXPECT_GT(decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 1000, 1).state, b1.state);
+  // Dense weights: read once per step whatever C is, apart from the embedding and PLE rows per sequence.
+  EXPECT_LT(b4.dense, 2 * b1.dense);
+  // The MTP layer is never counted; f32 (CPU) bytes exceed stored bytes.
+  EXPECT_GT(decode_bytes(sm->costs, "qwen4_exp", c, "cpu", 100, 1).dense, b1.dense);
+}
+
+}  // namespace
+}  // namespace bloomery::tools
