@@ -1,7 +1,10 @@
-// Prompt GEMM on stored-format weights: y[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ. 64×64 output tiles, K in
-// steps of 32; each step decodes the weight tile to f32 in shared memory (bit-exact with the CPU decoders)
-// and every thread accumulates a 4×4 block in f32 registers. A correct tiled baseline; tensor cores come
-// later.
+// Prompt GEMM entry, y[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ: the tensor-core kernel (tc_gemm.cu) when K is
+// a multiple of 32 and the weight and x are 16-byte aligned, else the SIMT f32 kernel here (any shape; also
+// the grouped fallback and BLOOMERY_CUDA_GEMM=simt). SIMT: 64×64 output tiles, K in steps of 32; each step
+// decodes the weight tile to f32 in shared memory (bit-exact with the CPU decoders) and every thread
+// accumulates a 4×4 block in f32 registers (13 TFLOP/s on the H200 at [12288, 2560] × 4096 rows).
+#include <cstdlib>
+#include <cstring>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -10,6 +13,10 @@
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
+
+// The prompt GEMM's default mode (gemm_internal.h): see linear.cc for the measurements behind it.
+constexpr GemmMode kDefaultGemmMode = GemmMode::Bf16x2;
+
 namespace {
 
 constexpr int kBM = 64, kBN = 64, kBK = 32, kThreads = 256;
@@ -81,6 +88,25 @@ std::string shape_of(const DeviceWeight& w) {
 
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
           cudaStream_t s) {
+  const GemmMode mode = gemm_mode();
+  if (mode != GemmMode::Simt && tc_gemm_supported(static_cast<int64_t>(w.cols), w.data, x))
+    return tc_gemm(w, row0, n, x, T, y, mode == GemmMode::Bf16x2, s);
+  gemm_simt(w, row0, n, x, T, y, s);
+}
+
+GemmMode gemm_mode() {
+  static const GemmMode mode = [] {
+    const char* v = std::getenv("BLOOMERY_CUDA_GEMM");
+    if (v && std::strcmp(v, "bf16") == 0) return GemmMode::Bf16;
+    if (v && std::strcmp(v, "bf16x2") == 0) return GemmMode::Bf16x2;
+    if (v && std::strcmp(v, "simt") == 0) return GemmMode::Simt;
+    return kDefaultGemmMode;
+  }();
+  return mode;
+}
+
+void gemm_simt(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
+               cudaStream_t s) {
   if (n == 0 || T == 0) return;
   const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((T + kBM - 1) / kBM));
   gemm_tiled<<<grid, kThreads, 0, s>>>(w, row0, n, x, T, y, nullptr, nullptr);

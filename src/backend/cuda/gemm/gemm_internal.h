@@ -14,4 +14,24 @@ namespace bloomery::cuda {
 void gemm_simt_grouped(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows,
                        int64_t n, int64_t K, FormatId format, const float* xs, float* ys, cudaStream_t s);
 
+// Tensor-core kernel (tc_gemm.cu): K a multiple of 32, weight bytes and x 16-byte aligned (cudaMalloc'd
+// weights always are). Every stored format.
+bool tc_gemm_supported(int64_t K, const void* weight_data, const float* x);
+// split: x enters as two BF16 terms (hi + lo, ~16 significant bits, twice the mma work) instead of one.
+void tc_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y, bool split,
+             cudaStream_t s);
+void tc_grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows,
+                     int64_t n, int64_t K, FormatId format, const float* xs, float* ys, bool split,
+                     cudaStream_t s);
+
+// How prompt GEMMs run: the tensor-core kernel with BF16 activations (Bf16), with split hi + lo BF16
+// activations (Bf16x2, close to f32 accuracy), or the SIMT f32 kernel (Simt). Default kDefaultGemmMode
+// (gemm.cu); BLOOMERY_CUDA_GEMM=bf16|bf16x2|simt overrides it (read once; for accuracy and speed A/B checks).
+enum class GemmMode { Bf16, Bf16x2, Simt };
+GemmMode gemm_mode();
+// The SIMT f32 kernel for any shape (dense): what gemm() falls back to when the tensor-core kernel cannot
+// take the shape.
+void gemm_simt(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
+               cudaStream_t s);
+
 }  // namespace bloomery::cuda

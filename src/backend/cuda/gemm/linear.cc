@@ -13,9 +13,13 @@ namespace bloomery::cuda {
 void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0,
                          int64_t n) {
   const int64_t K = static_cast<int64_t>(dw.cols);
-  // Few rows: GEMV passes of up to 8 rows each (memory-bound, the weight read once per pass). Many: tiled
-  // GEMM.
-  constexpr int64_t kGemvUpTo = 32;
+  // Few rows: one GEMV pass (memory-bound, f32, the weight read once per 8 rows). More: the tensor-core GEMM
+  // (gemm(): the weight read once per 128 rows). Measured on the H200 (gemm_tc_test GemvGemmCrossover,
+  // default split-BF16 mode), GEMV vs GEMM in µs: NVFP4 q_proj [12288, 2560] T=8 64 vs 103, T=16 128 vs 103;
+  // expert down [2560, 640] T=8 14 vs 20, T=16 28 vs 20; expert up [640, 2560] T=4 20 vs 18, T=8 28 vs 18;
+  // BF16 q_proj T=8 84 vs 81. A second GEMV pass doubles GEMV's time while the GEMM stays flat to T = 128, so
+  // the switch sits after the first pass: GEMV for T ≤ 8, GEMM beyond.
+  constexpr int64_t kGemvUpTo = kGemvMaxRows;
   if (T <= kGemvUpTo) {
     for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kGemvMaxRows, T - t0));
