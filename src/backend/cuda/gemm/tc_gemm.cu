@@ -245,7 +245,9 @@ __global__ void __launch_bounds__(kThreads, KD == Kind::F32 ? 1 : 2) tc_gemm_ker
     if (!find_group_tile(a.offsets, a.E, e, tile_m)) return;
     w = a.ws[e];
     begin = a.offsets[e];
-    T = a.offsets[e + 1] - begin;
+    // Rows past max_rows (a.T) are not in the BF16 copy: a caller breaking offsets[E] ≤ max_rows gets those
+    // rows left unwritten, never an out-of-bounds read.
+    T = min(a.offsets[e + 1] - begin, a.T - begin);
   }
   const int64_t K = static_cast<int64_t>(w.cols), n = a.n, row0 = a.row0;
   const int64_t m0 = tile_m * kBM, n0 = static_cast<int64_t>(blockIdx.y) * kBN;
