@@ -18,7 +18,8 @@ enum ActCode : int { kActNone = 0, kActSilu = 1, kActSigmoid = 2, kActSoftplus =
 // Decode GEMV: 1 ≤ T ≤ 8 rows share one pass over the weight. K = w.cols.
 constexpr int kGemvMaxRows = 8;
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s);
-// Prompt GEMM: any T; weight tiles are dequantised into shared memory, f32 accumulate.
+// Prompt GEMM: any T; tensor cores (mma.sync BF16, split hi+lo activations by default, f32 accumulate) with
+// weight tiles dequantised from the stored format in shared memory; SIMT fallback (gemm/tc_gemm.cu, gemm.cu).
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
           cudaStream_t s);
 // out[i, :] = W[ids[i], :] decoded to f32 (any stored format); ids on the card.
@@ -67,8 +68,8 @@ void scatter_add_scaled(float* out, const float* ys, const int32_t* rows, const 
                         const float* wts, int64_t count, int64_t D, cudaStream_t s);
 
 // ---- linear attention ------------------------------------------------------------------------------------
-// Causal depthwise conv1d over x[T, C] with the last (K−1)·dilation inputs per channel carried in state[C,
-// P]: one thread per output (any T in one launch), then a per-channel state update.
+// Causal depthwise conv1d over x[T, C] with the last P = (K−1)·dilation inputs per channel carried in
+// state[C, P]: one thread per (channel, run of 8 tokens) (any T in one launch), then the state update.
 void causal_conv1d(float* out, const float* x, const float* w, float* state, int64_t T, int64_t C, int64_t K,
                    int dilation, int act, cudaStream_t s);
 void gdn_gates(float* g, float* beta, const float* a, const float* b, const float* A_log,
@@ -84,6 +85,13 @@ void gated_delta_rule(float* out, const float* q, const float* k, const float* v
 // Chunked prompt form (chunks of kGdnChunk tokens). ws: gdn_chunk_ws_floats(dk, dv) · Hv · ws_chunks floats;
 // the prompt is processed ws_chunks chunks at a time.
 int64_t gdn_chunk_ws_floats(int64_t dk, int64_t dv);
+// Its two phases on chunks [chunk0, chunk0 + nchunks) (records at ws[0 ..]): prep, all chunks in parallel
+// (nothing that depends on the state), then the sequential scan that carries the state.
+void gdn_chunk_prep(float* ws, const float* q, const float* k, const float* v, const float* g,
+                    const float* beta, int64_t T, int64_t chunk0, int64_t nchunks, int64_t Hk, int64_t Hv,
+                    int64_t dk, int64_t dv, bool l2norm_qk, cudaStream_t s);
+void gdn_chunk_scan(float* out, float* state, const float* ws, int64_t T, int64_t chunk0, int64_t nchunks,
+                    int64_t Hv, int64_t dk, int64_t dv, cudaStream_t s);
 void gated_delta_rule_chunked(float* out, const float* q, const float* k, const float* v, const float* g,
                               const float* beta, float* state, float* ws, int64_t ws_chunks, int64_t T,
                               int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, bool l2norm_qk, cudaStream_t s);

@@ -1,5 +1,5 @@
-// Causal depthwise conv1d over time with carried state (one thread per output, then the state update), and
-// the GDN gates g = −exp(A_log)·softplus(a + dt_bias), β = σ(b).
+// Causal depthwise conv1d over time with carried state (one thread per channel and run of 8 tokens, then the
+// state update), and the GDN gates g = −exp(A_log)·softplus(a + dt_bias), β = σ(b).
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -9,23 +9,29 @@
 namespace bloomery::cuda {
 namespace {
 
-// One thread per output (t, c): reads only (state, x), so all T·C outputs run in parallel in one launch.
+// One thread per (channel c, run of kConvRun consecutive tokens): reads only (state, x), so a whole prompt
+// runs in one launch with no index division; a warp covers 32 consecutive channels (coalesced), and the K
+// taps of neighbouring tokens are the same few inputs (cache hits).
+constexpr int kConvRun = 8;
 __global__ void conv1d_k(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,
                          const float* __restrict__ state, int64_t T, int64_t C, int64_t K, int dil, int act) {
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
   const int64_t P = (K - 1) * dil;
-  // Grid-stride: grid_for caps the grid, long prompts still take one launch.
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * C;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / C, c = i % C;
-    const float* S = state + c * P;
-    const float* wc = w + c * K;
-    float acc = 0.0f;
-    for (int64_t j = 0; j < K; ++j) {
-      // ext[e] = state[e] for e < P, x[e − P] after: the previous inputs followed by this call's.
-      const int64_t e = P + t - (K - 1 - j) * dil;
-      acc += wc[j] * (e < P ? S[e] : x[(e - P) * C + c]);
+  const float* S = state + c * P;
+  const float* wc = w + c * K;
+  for (int64_t t0 = blockIdx.y * static_cast<int64_t>(kConvRun); t0 < T;
+       t0 += static_cast<int64_t>(gridDim.y) * kConvRun) {  // grid-stride over runs (gridDim.y is capped)
+    const int64_t t1 = t0 + kConvRun < T ? t0 + kConvRun : T;
+    for (int64_t t = t0; t < t1; ++t) {
+      float acc = 0.0f;
+      for (int64_t j = 0; j < K; ++j) {
+        // ext[e] = state[e] for e < P, x[e − P] after: the previous inputs followed by this call's.
+        const int64_t e = P + t - (K - 1 - j) * dil;
+        acc += wc[j] * (e < P ? S[e] : x[(e - P) * C + c]);
+      }
+      out[t * C + c] = act_apply(act, acc);
     }
-    out[i] = act_apply(act, acc);
   }
 }
 
@@ -56,7 +62,9 @@ void causal_conv1d(float* out, const float* x, const float* w, float* state, int
   if (C == 0 || T == 0) return;
   const std::string what =
       "causal_conv1d x[" + std::to_string(T) + ", " + std::to_string(C) + "] K " + std::to_string(K);
-  conv1d_k<<<grid_for(T * C, 256), 256, 0, s>>>(out, x, w, state, T, C, K, dilation, act);
+  const int64_t runs = (T + kConvRun - 1) / kConvRun;
+  const dim3 grid(grid_for(C, 128), static_cast<unsigned>(runs < 65535 ? runs : 65535));
+  conv1d_k<<<grid, 128, 0, s>>>(out, x, w, state, T, C, K, dilation, act);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
   const int64_t P = (K - 1) * dilation;
   if (P == 0) return;

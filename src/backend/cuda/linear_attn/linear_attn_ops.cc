@@ -60,9 +60,12 @@ void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k
   const int64_t chunks = (T + kGdnChunk - 1) / kGdnChunk;
   const int64_t per_chunk = cuda::gdn_chunk_ws_floats(dk, dv) * Hv;
   const int64_t ws_chunks = std::clamp<int64_t>((int64_t{64} << 20) / 4 / per_chunk, 1, chunks);
-  Tensor ws = alloc({ws_chunks * per_chunk});
+  // From the pool without alloc's zero fill: every record is written before it is read.
+  const auto ws =
+      pool_.get(static_cast<size_t>(ws_chunks * per_chunk) * sizeof(float), "gdn chunk workspace");
   cuda::gated_delta_rule_chunked(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(),
-                                 ws.f32(), ws_chunks, T, Hk, Hv, dk, dv, l2norm_qk, stream_);
+                                 static_cast<float*>(ws.get()), ws_chunks, T, Hk, Hv, dk, dv, l2norm_qk,
+                                 stream_);
 }
 
 }  // namespace bloomery::cuda
