@@ -124,6 +124,9 @@ int run_bench(int argc, char** argv) {
   app.add_option("-n,--n-gen", bp.ns, "decoded tokens (comma list; 0 = skip)")->delimiter(',');
   app.add_option("-d,--n-depth", bp.ds, "context depth before the test (comma list)")->delimiter(',');
   app.add_option("-c,--concurrent", bp.cs, "concurrent sequences, batched (comma list)")->delimiter(',');
+  app.add_option("--pp-depths", bp.pp_ds, "depths of the pp tests (comma list; default: -d)")->delimiter(',');
+  app.add_option("--pp-concurrent", bp.pp_cs, "concurrencies of the pp tests (comma list; default: -c)")
+      ->delimiter(',');
   app.add_option("-r,--repetitions", bp.repeats, "repeats per test")->check(CLI::PositiveNumber);
   app.add_option("--ub,--ubatch-size", bp.ubatch, "prompt tokens per forward call (0 = whole prompt)");
   app.add_option("--max-seconds", bp.max_seconds, "skip tests that would start after this many seconds");

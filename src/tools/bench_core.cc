@@ -154,10 +154,12 @@ BenchHooks host_hooks(Backend& backend) {
 std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
                                      const BenchParams& p,
                                      const std::function<void(const BenchRow&)>& on_row) {
-  for (const auto* v : {&p.ps, &p.ns, &p.ds})
+  for (const auto* v : {&p.ps, &p.ns, &p.ds, &p.pp_ds})
     for (int64_t x : *v)
       if (x < 0) raise("E_BENCH_ARGS", Where{"", "", "-p/-n/-d"}, "non-negative values", std::to_string(x));
   for (int64_t c : p.cs)
+    if (c < 1) raise("E_BENCH_ARGS", Where{"", "", "-c"}, "at least 1 sequence", std::to_string(c));
+  for (int64_t c : p.pp_cs)
     if (c < 1) raise("E_BENCH_ARGS", Where{"", "", "-c"}, "at least 1 sequence", std::to_string(c));
   if (p.repeats < 1)
     raise("E_BENCH_ARGS", Where{"", "", "-r"}, "at least 1 repetition", std::to_string(p.repeats));
@@ -185,8 +187,8 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     rows.push_back(r);
     if (on_row) on_row(rows.back());
   };
-  for (int64_t d : p.ds) {
-    for (int64_t c : p.cs)
+  for (int64_t d : p.pp_ds.empty() ? p.ds : p.pp_ds)
+    for (int64_t c : p.pp_cs.empty() ? p.cs : p.pp_cs)
       for (int64_t pn : p.ps) {
         if (pn == 0) continue;
         BenchRow r;
@@ -197,6 +199,7 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         for (int i = 0; i < p.repeats && !r.skipped; ++i) run.pp(r);
         finish(r, t0);
       }
+  for (int64_t d : p.ds) {
     for (int64_t c : cs)
       for (int64_t n : p.ns) {
         if (n == 0) continue;

@@ -32,6 +32,7 @@ BenchHooks host_hooks(Backend& backend);
 
 struct BenchParams {
   std::vector<int64_t> ps{512}, ns{128}, ds{0}, cs{1};
+  std::vector<int64_t> pp_ds, pp_cs;  // depths and concurrencies of the pp tests (empty: ds, cs)
   int repeats = 5;
   int64_t ubatch = 0;      // prompt chunk per forward call (0: the whole prompt in one call)
   double max_seconds = 0;  // > 0: tests that would start after this much time are skipped (reported)
@@ -50,8 +51,8 @@ struct BenchRow {
   double seconds = 0;       // wall time of the whole test, untimed depth prefill included
 };
 
-// Runs the grid: for each depth d, the pp tests (each repeat on fresh sequences prefilled to d, untimed),
-// then the tg tests in ascending C on one pool of sequences prefilled to d once (repeats and larger C
+// Runs the grid: first the pp tests (each repeat on fresh sequences prefilled to d, untimed), then for each
+// depth d the tg tests in ascending C on one pool of sequences prefilled to d once (repeats and larger C
 // continue on the same sequences, so a tg row's depth grows by n per repeat: depth … depth_end). pp with
 // C > 1 runs the C prompts through one forward_batch; tg steps always batch the C sequences.
 // `on_row` is called after every row (e.g. to rewrite a JSON file so a killed run keeps its rows).

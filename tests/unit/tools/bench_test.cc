@@ -162,14 +162,24 @@ TEST(Synthetic, QadLayoutStoresProjectionsMxfp8) {
   const Weight& w = sm->weights.get("model.language_model.layers.0.linear_attn.in_proj_qkv.weight");
   const double want = 1.0 / std::sqrt(static_cast<double>(w.cols()));
   EXPECT_NEAR(rms(w.dense()), want, 0.5 * want);  // power-of-two scales: within a factor √2
+  // pp at its own depth and concurrency (--pp-depths / --pp-concurrent), tg at -d / -c.
   BenchParams p;
-  p.ps = {0};
+  p.ps = {4};
+  p.pp_ds = {0};
+  p.pp_cs = {1};
   p.ns = {2};
+  p.ds = {3};
+  p.cs = {1, 3};
   p.repeats = 1;
   p.warmup = false;
   const auto rows = run_bench_grid(*be, *sm->model, host_hooks(*be), p);
-  ASSERT_EQ(rows.size(), 1u);
-  EXPECT_TRUE(rows[0].finite);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_EQ(rows[0].test, "pp4");
+  EXPECT_EQ(rows[0].depth, 0);
+  EXPECT_EQ(rows[1].test, "tg2");
+  EXPECT_EQ(rows[1].depth, 3);
+  EXPECT_EQ(rows[2].conc, 3);
+  for (const BenchRow& r : rows) EXPECT_TRUE(r.finite) << r.test;
 }
 
 TEST(BenchBytes, ExpertsAreTheUnionOverSequences) {
