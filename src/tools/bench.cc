@@ -111,7 +111,7 @@ int run_bench(int argc, char** argv) {
   std::string folder, backend_name = "cpu", synthetic, layout_name = "nvidia", json_out;
   BenchParams bp;
   int threads = 0;
-  bool json = false;
+  bool json = false, plan_only = false;
   app.add_option("-m,--model", folder, "model folder");
   app.add_option("--synthetic", synthetic,
                  "family[:config.json]: build the model in memory at full size with random weights in the "
@@ -133,6 +133,9 @@ int run_bench(int argc, char** argv) {
   app.add_option("--warmup", bp.warmup, "1: a short pp + tg before measuring (default), 0: none");
   app.add_option("-t,--threads", threads, "CPU threads (0 = every core)");
   app.add_option("--backend", backend_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_flag("--plan-only", plan_only,
+               "with --synthetic: print the stored bytes per format and the decode bytes per step for every "
+               "-d/-c pair (stored formats, as the cuda backend reads them) without building anything");
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
   CLI11_PARSE(app, argc, argv);
@@ -140,6 +143,31 @@ int run_bench(int argc, char** argv) {
     raise("E_BENCH_ARGS", Where{"", "", "-m / --synthetic"}, "exactly one of -m <folder> and --synthetic",
           folder.empty() ? "neither" : "both");
 
+  if (plan_only) {
+    if (synthetic.empty()) raise("E_BENCH_ARGS", Where{"", "", "--plan-only"}, "--synthetic", "-m");
+    const SyntheticPlan sp = plan_synthetic(synthetic_config(synthetic), parse_synthetic_layout(layout_name));
+    nlohmann::json pj{{"model", "synthetic " + synthetic},
+                      {"layout", layout_name},
+                      {"family", sp.family},
+                      {"stored_bytes_by_format", sp.bytes_by_format},
+                      {"host_table_bytes", sp.table_bytes},
+                      {"decode", nlohmann::json::array()}};
+    for (int64_t d : bp.ds)
+      for (int64_t c : bp.cs) {
+        const DecodeBytes b = decode_bytes(sp.costs, sp.family, sp.config.text, "cuda", d, c);
+        pj["decode"].push_back({{"depth", d},
+                                {"concurrent", c},
+                                {"bytes_per_step", b.total()},
+                                {"bytes_per_token", b.total() / c},
+                                {"bytes_dense", b.dense},
+                                {"bytes_experts", b.experts},
+                                {"bytes_state", b.state},
+                                {"unique_experts_per_layer_estimated", b.unique_experts}});
+      }
+    if (!json_out.empty()) std::ofstream(json_out) << pj.dump(2) << "\n";
+    std::printf("%s\n", pj.dump(2).c_str());
+    return 0;
+  }
   std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
   const double bw = copy_bandwidth(backend_name);  // before the weights take the card's memory
   nlohmann::json j;

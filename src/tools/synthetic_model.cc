@@ -388,7 +388,40 @@ std::vector<float> decode_table(const SyntheticTable& t) {
   return out;
 }
 
+// Every declared tensor's plan, with its part sizes.
+std::vector<Plan> make_plans(const std::vector<TensorDecl>& decls, SyntheticLayout layout) {
+  std::vector<Plan> plans;
+  plans.reserve(decls.size());
+  for (const TensorDecl& d : decls) {
+    Plan p = plan_for(d, layout);
+    p.sizes = expected_part_sizes(header(p), Where{"", d.name, ""});
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+// Costs and per-format totals of the plans.
+void account(const std::vector<Plan>& plans, std::vector<WeightCost>& costs,
+             std::map<std::string, uint64_t>& by_format, uint64_t& table_bytes) {
+  for (const Plan& p : plans) {
+    const uint64_t stored = p.sizes.main + p.sizes.block_scale + p.sizes.global_scale;
+    costs.push_back({p.decl->name, p.module, p.rows, stored, p.rows * p.cols * 4});
+    by_format[std::string(format_name(p.format))] += stored;
+    if (p.table) table_bytes += stored;
+  }
+}
+
 }  // namespace
+
+SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layout) {
+  SyntheticPlan sp;
+  sp.config = read_model_config(config, {"model.language_model.embed_tokens.weight"});
+  const std::unique_ptr<Model> model = create_model(sp.config);
+  sp.family = model->info().family;
+  const std::vector<TensorDecl> decls = model->declare();
+  account(make_plans(decls, layout), sp.costs, sp.bytes_by_format, sp.table_bytes);
+  return sp;
+}
 
 SyntheticLayout parse_synthetic_layout(const std::string& name) {
   if (name == "nvidia") return SyntheticLayout::Nvidia;
@@ -487,16 +520,13 @@ std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Ba
   const std::vector<TensorDecl> decls = sm->model->declare();
 
   // Plans, and the largest window each pool must serve.
-  std::vector<Plan> plans;
-  plans.reserve(decls.size());
+  const std::vector<Plan> plans = make_plans(decls, layout);
   std::map<std::string, Pool> pools;
   auto need = [&](Kind k, double std, uint64_t bytes) {
     Pool& p = pools[pool_key(k, std)];
     p.kind = k, p.std = std, p.need = std::max(p.need, bytes);
   };
-  for (const TensorDecl& d : decls) {
-    Plan p = plan_for(d, layout);
-    p.sizes = expected_part_sizes(header(p), Where{"", d.name, ""});
+  for (const Plan& p : plans) {
     if (p.table) {  // tables copy pool windows repeatedly: a modest pool serves any size
       const bool nv = p.format == FormatId::NVFP4;
       need(nv ? Kind::Nibbles : Kind::E4m3Elem, 0, std::min<uint64_t>(p.sizes.main, 64u << 20));
@@ -506,7 +536,6 @@ std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Ba
       need(k, std, p.sizes.main);
       if (p.format == FormatId::NVFP4) need(Kind::E4m3Scale, 0, p.sizes.block_scale);
     }
-    plans.push_back(std::move(p));
   }
 
   // Pools: a quarter larger than the largest window, so windows of equal-sized tensors differ.
@@ -533,7 +562,6 @@ std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Ba
     if (!p.table) continue;
     const int64_t parts = cfg_int(sm->config.text, "split_ngram_parts", 1);
     SyntheticTable t = build_table(p, pools, parts, tp, mix(seed + 7919 * i));
-    sm->table_bytes += p.sizes.main + p.sizes.block_scale;
     if (hooks.table) {
       made[i] = hooks.table(p.decl->name, p.decl->shape, t);
     } else {
@@ -560,13 +588,8 @@ std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Ba
     }
   });
 
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const Plan& p = plans[i];
-    const uint64_t stored = p.sizes.main + p.sizes.block_scale + p.sizes.global_scale;
-    sm->costs.push_back({p.decl->name, p.module, p.rows, stored, p.rows * p.cols * 4});
-    sm->bytes_by_format[std::string(format_name(p.format))] += stored;
-    sm->weights.put(p.decl->name, std::move(made[i]));
-  }
+  account(plans, sm->costs, sm->bytes_by_format, sm->table_bytes);
+  for (size_t i = 0; i < plans.size(); ++i) sm->weights.put(plans[i].decl->name, std::move(made[i]));
   sm->model->bind(backend, sm->weights);
   sm->build_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return sm;

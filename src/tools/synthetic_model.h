@@ -73,6 +73,18 @@ struct SyntheticModel {
   double build_seconds = 0;                         // random pools + every upload + bind
 };
 
+// What build_synthetic would make, without making it: the model's config, every weight's stored cost and
+// the bytes per format (`bloomery bench --synthetic … --plan-only`; the roofline of a model too big for the
+// machine at hand).
+struct SyntheticPlan {
+  ModelConfig config;
+  std::string family;
+  std::vector<WeightCost> costs;
+  std::map<std::string, uint64_t> bytes_by_format;
+  uint64_t table_bytes = 0;
+};
+SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layout);
+
 // Builds config's model with random weights on `backend`, `threads` host workers (0: every core).
 std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
                                                 SyntheticLayout layout, const SyntheticHooks& hooks,
