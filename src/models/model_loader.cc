@@ -1,9 +1,13 @@
-// load_model: TensorSource → resolve_checkpoint → ModelSpec declarations checked → weights decoded → bind.
+// load_model: TensorSource → resolve_checkpoint → declarations checked → every weight's header checked and
+// the memory plan made (nothing allocated yet) → plan checked → weights loaded (bulk or one by one) → bind.
 #include "models/model_loader.h"
 
+#include <chrono>
 #include <map>
 
+#include "formats/weight_decode.h"
 #include "models/model_registry.h"
+#include "models/roles.h"
 
 namespace bloomery {
 
@@ -38,8 +42,35 @@ std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl
   return out;
 }
 
-std::unique_ptr<LoadedModel> load_model(const std::filesystem::path& folder, Backend& backend) {
+std::string LoadStats::summary() const {
+  std::string s = fmt::format("{} in {:.2f} s, {:.2f} GB/s ({}, {} reader thread{}", format_bytes(bytes),
+                              seconds, gb_per_s(), path, threads, threads == 1 ? "" : "s");
+  if (direct_bytes) s += fmt::format(", {} direct", format_bytes(direct_bytes));
+  return s + ")";
+}
+
+namespace {
+
+int64_t cfg_int(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
+}
+
+// The widest MLP activation of a token: dense intermediate, or top-k routed experts (+ the shared expert).
+int64_t mlp_width(const nlohmann::json& text) {
+  const int64_t dense = cfg_int(text, "intermediate_size");
+  const int64_t moe =
+      cfg_int(text, "moe_intermediate_size") * std::max<int64_t>(1, cfg_int(text, "num_experts_per_tok"));
+  const int64_t shared = cfg_int(text, "shared_expert_intermediate_size");
+  return std::max(dense, moe + shared);
+}
+
+}  // namespace
+
+std::unique_ptr<LoadedModel> prepare_model(const std::filesystem::path& folder, std::string_view backend_name,
+                                           Backend::MemoryInfo memory, const LoadOptions& options) {
   auto lm = std::make_unique<LoadedModel>();
+  lm->folder = folder.string();
   lm->source = std::make_unique<TensorSource>(TensorSource::open(folder, lm->warnings));
   std::vector<std::string> names;
   names.reserve(lm->source->tensors().size());
@@ -49,18 +80,94 @@ std::unique_ptr<LoadedModel> load_model(const std::filesystem::path& folder, Bac
   lm->checkpoint = resolve_checkpoint(*lm->source, lm->warnings);
   const std::vector<TensorDecl> decls = lm->model->declare();
   const std::vector<const WeightRecord*> recs = match_declarations(decls, lm->checkpoint.weights);
+
+  MemoryPlan& plan = lm->plan;
+  plan.backend = std::string(backend_name);
+  plan.keeping = keeping_for_backend(backend_name);
+  const RoleContext roles = role_context_from_config(lm->source->config());
+  // The header pass runs the format layer's own checks on a zero-row window of every weight (dtypes, part
+  // sizes, companions, CSF geometry, global scales). Its warnings are the load's again: a scratch sink.
+  Warnings header_warnings;
   for (size_t i = 0; i < decls.size(); ++i) {
     const WeightRecord* r = recs[i];
     if (!r) continue;
     const TensorDecl& d = decls[i];
-    std::vector<int64_t> shape =
-        d.shape.empty() ? std::vector<int64_t>(r->shape.begin(), r->shape.end()) : d.shape;
-    if (d.streamed)
-      lm->weights.put(d.name, backend.stream_weight(*lm->source, *r, lm->warnings));
-    else
-      lm->weights.put(d.name, backend.load_weight(*lm->source, *r, shape, lm->warnings));
+    WeightJob job;
+    job.name = d.name;
+    job.record = r;
+    job.shape = d.shape.empty() ? std::vector<int64_t>(r->shape.begin(), r->shape.end()) : d.shape;
+    job.streamed = d.streamed;
+    job.read_bytes = r->stored_bytes();
+    int64_t numel = 1;
+    for (int64_t x : job.shape) numel *= x;
+    if (static_cast<uint64_t>(numel) != r->rows() * r->cols())
+      raise("E_DENSE_SHAPE", Where{"", r->name, "shape"}, shape_string(job.shape),
+            shape_string(std::vector<int64_t>(r->shape.begin(), r->shape.end())));
+    WeightBytes header;
+    if (!decodes_to_f32(*r)) {
+      header = load_weight_rows(*lm->source, *r, 0, 0, header_warnings).bytes;
+      header.rows = r->rows();
+      header.main = header.block_scale = header.global_scale = header.input_scale = {};
+    }
+    if (d.streamed) {
+      plan.host_tables +=
+          job.read_bytes;  // read row by row from the checkpoint / page cache, never on the card
+    } else {
+      job.backend_bytes = plan.keeping == WeightKeeping::DecodedF32
+                              ? static_cast<uint64_t>(numel) * 4
+                              : stored_layout(*r, header, numel).total();
+      plan_add_weight(plan, plan_group(role_of(d.name, roles)), job.backend_bytes);
+      plan.read_bytes += job.read_bytes;
+    }
+    lm->jobs.push_back(std::move(job));
   }
-  lm->model->bind(backend, lm->weights);
+  const ModelInfo& info = lm->model->info();
+  const MemoryPlanOptions& po = options.plan;
+  plan_finish(plan, lm->model->state_bytes(po.context),
+              scratch_estimate(info.vocab_size, info.hidden_size, mlp_width(lm->config.text), po.ubatch),
+              memory.free_bytes, memory.total_bytes, po);
+  return lm;
+}
+
+void load_weights(LoadedModel& lm, Backend& backend, const LoadOptions& options) {
+  const auto t0 = std::chrono::steady_clock::now();
+  Progress progress("loading " + std::filesystem::path(lm.folder).filename().string(), lm.plan.read_bytes,
+                    options.progress);
+  std::vector<const WeightJob*> loaded;
+  std::vector<WeightJob> bulk_jobs;
+  for (const WeightJob& j : lm.jobs) {
+    if (j.streamed)
+      lm.weights.put(j.name, backend.stream_weight(*lm.source, *j.record, lm.warnings));
+    else
+      bulk_jobs.push_back(j);
+  }
+  LoadStats& st = lm.stats;
+  BulkLoadFn bulk = options.bulk ? find_bulk_loader(backend.name()) : nullptr;
+  if (bulk) {
+    BulkLoadContext ctx{*lm.source, bulk_jobs, lm.warnings, progress, st, options.reader_threads};
+    std::vector<Weight> ws = bulk(backend, ctx);
+    if (ws.size() != bulk_jobs.size())
+      raise("E_INTERNAL_LOADER", Where{lm.folder, "", ""}, std::to_string(bulk_jobs.size()) + " weights",
+            std::to_string(ws.size()));
+    for (size_t i = 0; i < ws.size(); ++i) lm.weights.put(bulk_jobs[i].name, std::move(ws[i]));
+  } else {
+    for (const WeightJob& j : bulk_jobs) {
+      lm.weights.put(j.name, backend.load_weight(*lm.source, *j.record, j.shape, lm.warnings));
+      progress.add(j.read_bytes);
+    }
+  }
+  st.bytes = progress.done();
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  progress.finish();
+  lm.model->bind(backend, lm.weights);
+}
+
+std::unique_ptr<LoadedModel> load_model(const std::filesystem::path& folder, Backend& backend,
+                                        const LoadOptions& options) {
+  std::unique_ptr<LoadedModel> lm = prepare_model(folder, backend.name(), backend.memory_info(), options);
+  if (options.on_plan) options.on_plan(lm->plan);
+  check_memory_plan(lm->plan, lm->folder);
+  load_weights(*lm, backend, options);
   return lm;
 }
 

@@ -1,5 +1,6 @@
 // `bloomery run -m <folder> -p "text"`: loads a model, tokenizes, generates and streams text, prints
 // tokens/s.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -53,7 +54,8 @@ int run_run(int argc, char** argv) {
   int n_predict = 64, threads = 0, top_k = 0;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
   uint64_t seed = 0;
-  bool print_ids = false, ignore_eos = false;
+  bool print_ids = false, ignore_eos = false, no_progress = false, per_weight = false;
+  uint64_t mem_budget_mib = 0;
   app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
   app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
@@ -71,6 +73,11 @@ int run_run(int argc, char** argv) {
       "write f32 logits (raw little-endian, one row of vocab_size per position) of the last prompt "
       "position and of every generated step");
   app.add_option("--backend", backend_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--mem-budget", mem_budget_mib,
+                 "refuse to load when the memory plan exceeds this many MiB (default: the free memory)");
+  app.add_flag("--no-progress", no_progress, "no load progress bar and no memory plan on stderr");
+  app.add_flag("--load-per-weight", per_weight,
+               "load weight after weight through Backend::load_weight instead of the parallel loader");
   CLI11_PARSE(app, argc, argv);
 
   if (prompt.empty() == prompt_ids.empty()) {
@@ -82,7 +89,23 @@ int run_run(int argc, char** argv) {
 
   auto t0 = Clock::now();
   std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
-  std::unique_ptr<LoadedModel> lm = load_model(folder, *backend);
+  LoadOptions load;
+  // The plan reserves state for the longest this run can get: every prompt byte a token (byte-level BPE
+  // never makes more), a BOS, and the generated tokens.
+  const int64_t prompt_tokens =
+      prompt_ids.empty() ? static_cast<int64_t>(prompt.size()) + 1
+                         : static_cast<int64_t>(std::count(prompt_ids.begin(), prompt_ids.end(), ',')) + 1;
+  load.plan.context = prompt_tokens + n_predict + 1;
+  load.plan.sequences = 1;
+  load.plan.budget_bytes = mem_budget_mib << 20;
+  load.progress = no_progress ? ProgressMode::Quiet : ProgressMode::Auto;
+  load.bulk = !per_weight;
+  load.on_plan = [&](const MemoryPlan& plan) {
+    if (no_progress) return;
+    for (const std::string& line : plan.lines()) std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  std::unique_ptr<LoadedModel> lm = load_model(folder, *backend, load);
+  if (!no_progress) std::fprintf(stderr, "loaded %s\n", lm->stats.summary().c_str());
   Model& model = *lm->model;
   const ModelInfo& info = model.info();
   for (const auto& w : lm->warnings.summary()) std::fprintf(stderr, "warning: %s\n", w.c_str());

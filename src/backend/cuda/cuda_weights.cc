@@ -1,12 +1,17 @@
 // CUDA weights: a checkpoint weight goes to the card in its stored format (element bytes and NVFP4/MX block
 // scales as stored; FP8 channel/block scale grids and BF16 scales widened to f32, which is exact). Small
 // dense parameters also get an f32 copy for the ops that read them whole. Matmul, embedding gather and the
-// routed experts run on these stored bytes.
+// routed experts run on these stored bytes. Whole checkpoints load through loader/parallel_loader.cc
+// (parallel direct reads into pinned staging, registered below as the "cuda" bulk loader); load_weight here
+// is the one-weight road (tests, callers without the loader), and both set the device view through the same
+// helpers.
 #include <algorithm>
 #include <cstring>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/loader/parallel_loader.h"
+#include "backend/cuda/loader/weight_build.h"
 #include "formats/tensor_source.h"
 #include "formats/weight_decode.h"
 #include "formats/weight_record.h"
@@ -15,8 +20,18 @@ namespace bloomery::cuda {
 
 namespace {
 
-// Dense weights up to this many elements also keep an f32 copy (norms, conv kernels, A_log, biases).
-constexpr int64_t kDenseCopyMax = 262144;
+// Dense weights up to this many elements also keep an f32 copy (norms, conv kernels, A_log, biases); the
+// memory plan counts the same copies.
+constexpr int64_t kDenseCopyMax = kDenseCopyMaxElements;
+
+// make_weight is protected in Backend; this derived name (never instantiated) makes it reachable from
+// wrap_cuda_weight, which the parallel loader calls.
+struct WeightMaker : Backend {
+  using Backend::make_weight;
+};
+
+// The whole-checkpoint loader of this backend (models/model_loader.h registry).
+[[maybe_unused]] const bool kBulkRegistered = register_bulk_loader("cuda", &parallel_load);
 
 std::shared_ptr<void> device_bytes(const void* host, size_t bytes, const std::string& what) {
   void* p = nullptr;
@@ -49,6 +64,11 @@ const DeviceWeight& device_weight(const Weight& w, std::string_view op) {
 }
 
 Weight CudaBackend::wrap(std::string name, std::vector<int64_t> shape, std::shared_ptr<CudaWeight> cw) {
+  return wrap_cuda_weight(*this, std::move(name), std::move(shape), std::move(cw));
+}
+
+Weight wrap_cuda_weight(CudaBackend& be, std::string name, std::vector<int64_t> shape,
+                        std::shared_ptr<CudaWeight> cw) {
   Tensor dense;
   const DeviceWeight& dw = cw->dw;
   const int64_t numel = static_cast<int64_t>(dw.rows * dw.cols);
@@ -60,10 +80,10 @@ Weight CudaBackend::wrap(std::string name, std::vector<int64_t> shape, std::shar
     st->owner = cw;
     dense = Tensor(std::move(st), ElemType::F32, shape);
   } else if (is_dense(dw.format) && numel <= kDenseCopyMax) {
-    dense = alloc(shape);
-    dequantize(dw, dense.f32(), stream_);  // exact widening of BF16 / F16
+    dense = be.alloc(shape);
+    dequantize(dw, dense.f32(), be.stream());  // exact widening of BF16 / F16
   }
-  return make_weight(std::move(name), std::move(shape), std::move(dense), false, std::move(cw));
+  return WeightMaker::make_weight(std::move(name), std::move(shape), std::move(dense), false, std::move(cw));
 }
 
 Weight CudaBackend::upload_weight(std::string name, std::span<const float> data, std::vector<int64_t> shape) {
@@ -99,33 +119,60 @@ Weight CudaBackend::load_weight(const TensorSource& source, const WeightRecord& 
   return upload_stored(record.name, std::move(shape), lw.bytes);
 }
 
+void widen_scales(DType t, const uint8_t* bytes, uint64_t count, float* out) {
+  for (uint64_t i = 0; i < count; ++i) out[i] = scale_value(t, bytes, i);
+}
+
+void set_device_view(DeviceWeight& dw, const WeightBytes& wb, const void* main, const void* scales) {
+  const FormatId f = wb.format;
+  dw.format = f;
+  dw.rows = wb.rows;
+  dw.cols = wb.cols;
+  dw.data = main;
+  switch (f) {
+    case FormatId::NVFP4:
+    case FormatId::W4A16_NVFP4:
+    case FormatId::NVFP4_CT:
+      dw.block_scales = static_cast<const uint8_t*>(scales);
+      dw.global = nvfp4_global_multiplier(wb);
+      break;
+    case FormatId::MXFP4:
+    case FormatId::MXFP8:
+      dw.block_scales = static_cast<const uint8_t*>(scales);
+      break;
+    case FormatId::FP8_TENSOR:
+      dw.global = scale_value(wb.global_dtype, wb.global_scale.data(), 0);
+      break;
+    case FormatId::FP8_CHANNEL:
+      dw.scale_f32 = static_cast<const float*>(scales);
+      break;
+    case FormatId::FP8_BLOCK:
+      dw.block_n = wb.block_n;
+      dw.block_k = wb.block_k;
+      dw.scale_f32 = static_cast<const float*>(scales);
+      break;
+    default:
+      break;  // dense: the elements are all
+  }
+}
+
 Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> shape,
                                   const WeightBytes& wb) {
   const FormatId f = wb.format;
   auto cw = std::make_shared<CudaWeight>();
-  DeviceWeight& dw = cw->dw;
-  dw.format = f;
-  dw.rows = wb.rows;
-  dw.cols = wb.cols;
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   need(static_cast<uint64_t>(n) == wb.rows * wb.cols, "upload_stored", shape_string(shape) + " elements",
        std::to_string(wb.rows) + " x " + std::to_string(wb.cols));
   cw->buffers.push_back(device_bytes(wb.main.data(), wb.main.size(), name));
-  dw.data = cw->buffers.back().get();
-  auto widen = [&](DType t, std::span<const uint8_t> bytes, uint64_t count) {
-    std::vector<float> v(count);
-    for (uint64_t i = 0; i < count; ++i) v[i] = scale_value(t, bytes.data(), i);
-    cw->buffers.push_back(device_bytes(v.data(), v.size() * 4, name + " scales"));
-    return static_cast<const float*>(cw->buffers.back().get());
-  };
+  const void* main = cw->buffers.back().get();
+  const void* scales = nullptr;
   switch (f) {
     case FormatId::NVFP4:
     case FormatId::W4A16_NVFP4:
     case FormatId::NVFP4_CT:
       cw->buffers.push_back(device_bytes(wb.block_scale.data(), wb.block_scale.size(), name + " scales"));
-      dw.block_scales = static_cast<const uint8_t*>(cw->buffers.back().get());
-      dw.global = nvfp4_global_multiplier(wb);
+      scales = cw->buffers.back().get();
       break;
     case FormatId::MXFP4:
     case FormatId::MXFP8:
@@ -133,25 +180,23 @@ Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> 
         raise("E_BACKEND_UNSUPPORTED", Where{"", name, "weight_scale"}, "E8M0 / U8 MX block scales",
               std::string(dtype_name(wb.scale_dtype)) + " scales (not yet read by the CUDA kernels)");
       cw->buffers.push_back(device_bytes(wb.block_scale.data(), wb.block_scale.size(), name + " scales"));
-      dw.block_scales = static_cast<const uint8_t*>(cw->buffers.back().get());
-      break;
-    case FormatId::FP8_TENSOR:
-      dw.global = scale_value(wb.global_dtype, wb.global_scale.data(), 0);
+      scales = cw->buffers.back().get();
       break;
     case FormatId::FP8_CHANNEL:
-      dw.scale_f32 = widen(wb.scale_dtype, wb.block_scale, dw.rows);
-      break;
     case FormatId::FP8_BLOCK: {
-      dw.block_n = wb.block_n;
-      dw.block_k = wb.block_k;
-      const uint64_t gr = (dw.rows + wb.block_n - 1) / wb.block_n,
-                     gc = (dw.cols + wb.block_k - 1) / wb.block_k;
-      dw.scale_f32 = widen(wb.scale_dtype, wb.block_scale, gr * gc);
+      const uint64_t count = f == FormatId::FP8_CHANNEL ? wb.rows
+                                                        : ((wb.rows + wb.block_n - 1) / wb.block_n) *
+                                                              ((wb.cols + wb.block_k - 1) / wb.block_k);
+      std::vector<float> v(count);
+      widen_scales(wb.scale_dtype, wb.block_scale.data(), count, v.data());
+      cw->buffers.push_back(device_bytes(v.data(), v.size() * 4, name + " scales"));
+      scales = cw->buffers.back().get();
       break;
     }
     default:
-      break;  // dense: the elements are all
+      break;
   }
+  set_device_view(cw->dw, wb, main, scales);
   return wrap(name, std::move(shape), std::move(cw));
 }
 
