@@ -203,5 +203,21 @@ TEST(BenchBytes, ExpertsAreTheUnionOverSequences) {
   EXPECT_GT(decode_bytes(sm->costs, "qwen4_exp", c, "cpu", 100, 1).dense, b1.dense);
 }
 
+// The full-size plan (nothing built): stored bytes per format and weights read per decoded token against
+// models.md §3.11 (NVIDIA export 9.95 GB, QAD 6.47 GB) and formats.md §7 (FP8 table 51.2 GB).
+TEST(Synthetic, FullSizePlanMatchesTheSpecBytes) {
+  const SyntheticPlan nv = plan_synthetic(synthetic_config("qwen4_exp"), SyntheticLayout::Nvidia);
+  EXPECT_EQ(nv.family, "qwen4_exp");
+  // 48 layers × 512 experts × 3 projections of [640, 2560]: nibbles + E4M3 scales + one F32 global.
+  EXPECT_EQ(nv.bytes_by_format.at("NVFP4"), 48ull * 512 * 3 * (640 * 2560 / 2 + 640 * 2560 / 16 + 4));
+  EXPECT_EQ(nv.bytes_by_format.at("FP8_BLOCK"), 512ull * 3 * (640 * 2560 + 5 * 20 * 2));  // MTP experts
+  EXPECT_EQ(nv.table_bytes, 320001536ull * 160 + 2);  // FP8 rows + the BF16 scale
+  const DecodeBytes b = decode_bytes(nv.costs, nv.family, nv.config.text, "cuda", 0, 1);
+  EXPECT_NEAR(static_cast<double>(b.dense + b.experts) / 1e9, 9.95, 0.01);
+  const SyntheticPlan qad = plan_synthetic(synthetic_config("qwen4_exp"), SyntheticLayout::Qad);
+  const DecodeBytes q = decode_bytes(qad.costs, qad.family, qad.config.text, "cuda", 0, 1);
+  EXPECT_NEAR(static_cast<double>(q.dense + q.experts) / 1e9, 6.47, 0.03);
+}
+
 }  // namespace
 }  // namespace bloomery::tools
