@@ -21,20 +21,14 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   h->folder_ = o.model;
   if (!std::filesystem::is_directory(h->folder_))
     raise("E_FOLDER_NOT_FOUND", Where{o.model, "", ""}, "a model folder", "no such directory");
-  h->source_ = std::make_unique<TensorSource>(TensorSource::open(h->folder_, h->warnings_));
-  ResolvedCheckpoint resolved = resolve_checkpoint(*h->source_, h->warnings_);
-  h->records_ = std::move(resolved.weights);
+  // Open, headers, formats, declarations and every weight's header checks, and the memory plan: nothing is
+  // allocated yet. The CPU engine's memory is the host's.
+  const Backend::MemoryInfo mem = cpu::CpuBackend(1).memory_info();
+  h->lm_ = prepare_model(h->folder_, "cpu", mem);
+  const LoadedModel& lm = *h->lm_;
+  const Model& model = *lm.model;
 
-  std::vector<std::string> names;
-  for (const auto& t : h->source_->tensors()) names.push_back(t.name);
-  h->config_ = read_model_config(h->source_->config(), names);
-  h->model_ = create_model(h->config_);
-  h->decls_ = h->model_->declare();
-
-  // Every declared tensor must exist with the declared shape before any byte is read (the loader's check).
-  h->matched_ = match_declarations(h->decls_, h->records_);
-
-  const std::filesystem::path cfg_dir = h->source_->config_dir();
+  const std::filesystem::path cfg_dir = lm.source->config_dir();
   h->tokenizer_.emplace(Tokenizer::from_folder(cfg_dir));
   if (!o.chat_template_file.empty())
     h->template_.emplace(
@@ -48,16 +42,16 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
     h->generation_config_ = nlohmann::json::parse(read_text_file(gen), nullptr, false);
 
   // EOS: the model's config ids plus the tokenizer's (tokenizer_config, generation_config).
-  h->eos_ids_ = h->model_->info().eos_ids;
+  h->eos_ids_ = model.info().eos_ids;
   for (int32_t id : h->tokenizer_->eos_ids())
     if (std::find(h->eos_ids_.begin(), h->eos_ids_.end(), id) == h->eos_ids_.end()) h->eos_ids_.push_back(id);
 
   CheckpointSummary& s = h->summary_;
-  s.family = h->config_.model_type;
-  s.folder_kind = std::string(folder_kind_name(h->source_->kind()));
-  RoleContext rc = role_context_from_config(h->source_->config());
+  s.family = lm.config.model_type;
+  s.folder_kind = std::string(folder_kind_name(lm.source->kind()));
+  RoleContext rc = role_context_from_config(lm.source->config());
   std::map<std::string, std::set<std::string>> fmts;
-  for (const auto& r : h->records_) {
+  for (const auto& r : lm.checkpoint.weights) {
     if (r.skipped) continue;
     std::string role(role_name(role_of(r.name, rc)));
     uint64_t b = r.stored_bytes();
@@ -72,42 +66,41 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
     for (const auto& f : set) joined += (joined.empty() ? "" : " + ") + f;
     s.formats_by_role[role] = joined;
   }
-  for (size_t i = 0; i < h->decls_.size(); ++i) {
-    const WeightRecord* r = h->matched_[i];
-    if (!r || h->decls_[i].streamed) continue;
-    uint64_t n = r->rows() * r->cols();
+  for (const WeightJob& j : lm.jobs) {
+    if (j.streamed || !j.record) continue;
+    const uint64_t n = j.record->rows() * j.record->cols();
     s.engine_weight_bytes += n * 4;
     s.n_params += static_cast<int64_t>(n);
   }
-  s.n_tensors = h->source_->tensors().size();
-  s.max_positions = h->model_->info().max_positions;
-  s.vocab_size = h->model_->info().vocab_size;
-  s.hidden_size = h->model_->info().hidden_size;
-  s.warnings = h->warnings_.summary();
+  s.n_tensors = lm.source->tensors().size();
+  s.max_positions = model.info().max_positions;
+  s.vocab_size = model.info().vocab_size;
+  s.hidden_size = model.info().hidden_size;
+  s.warnings = lm.warnings.summary();
   return h;
 }
 
 uint64_t EngineHost::state_bytes_estimate(int64_t ctx) const {
-  return model_->state_bytes(ctx);
+  return lm_->model->state_bytes(ctx);
+}
+
+MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t ubatch) const {
+  MemoryPlan p = lm_->plan;
+  MemoryPlanOptions opts;
+  opts.context = context;
+  opts.sequences = sequences;
+  opts.ubatch = ubatch;
+  plan_finish(p, lm_->model->state_bytes(context), p.scratch, p.free_bytes, p.total_bytes, opts);
+  return p;
 }
 
 void EngineHost::load(const SchedulerConfig& config, int threads,
                       const std::function<void(size_t, size_t)>& progress) {
   backend_ = std::make_unique<cpu::CpuBackend>(threads);
-  for (size_t i = 0; i < decls_.size(); ++i) {
-    const TensorDecl& d = decls_[i];
-    if (const WeightRecord* r = matched_[i]) {
-      std::vector<int64_t> shape = d.shape;
-      if (shape.empty())
-        for (uint64_t x : r->shape) shape.push_back(static_cast<int64_t>(x));
-      Weight w = d.streamed ? backend_->stream_weight(*source_, *r, warnings_)
-                            : backend_->load_weight(*source_, *r, shape, warnings_);
-      weights_.put(d.name, std::move(w));
-    }
-    if (progress) progress(i + 1, decls_.size());
-  }
-  model_->bind(*backend_, weights_);
-  step_ = std::make_unique<ModelStepEngine>(*model_, *backend_);
+  if (progress) progress(0, 1);
+  load_weights(*lm_, *backend_);  // binds the model; the loader draws its byte progress bar on stderr
+  if (progress) progress(1, 1);
+  step_ = std::make_unique<ModelStepEngine>(*lm_->model, *backend_);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);
 }
 

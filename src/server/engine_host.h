@@ -1,5 +1,6 @@
-// Everything the routes need from the model: the folder checked and described before HTTP starts (prepare:
-// every structural error surfaces here, by name), then the weights loaded with progress (load), then the
+// Everything the routes need from the model: the folder checked and described before HTTP starts (prepare,
+// through the loader's prepare_model: every structural error surfaces here, by name, and the memory plan is
+// made before anything is allocated), then the weights loaded with the loader's progress bar (load), then the
 // tokenizer, chat template and scheduler that requests use.
 #pragma once
 
@@ -15,7 +16,9 @@
 #include "core/error.h"
 #include "formats/classify.h"
 #include "formats/tensor_source.h"
+#include "models/memory_plan.h"
 #include "models/model.h"
+#include "models/model_loader.h"
 #include "runtime/scheduler.h"
 #include "server/flags.h"
 #include "tokenizer/chat_template.h"
@@ -50,13 +53,17 @@ class EngineHost {
   // Per-slot state bytes for `ctx` tokens: what the model's new_state will allocate (Model::state_bytes;
   // before the weights are bound an optional draft layer's cache is counted).
   uint64_t state_bytes_estimate(int64_t ctx) const;
+  // The loader's memory plan for `sequences` slots of `context` tokens each (weights as the CPU engine keeps
+  // them, KV/state from Model::state_bytes, scratch) against the host's available memory.
+  MemoryPlan memory_plan(int64_t context, int64_t sequences, int64_t ubatch) const;
 
-  // Loads every declared weight; progress(done, total) after each. Then binds and starts the scheduler.
+  // Loads every declared weight (the loader's progress bar on stderr; progress(0, 1) before, (1, 1) after).
+  // Then binds and starts the scheduler.
   void load(const SchedulerConfig& config, int threads, const std::function<void(size_t, size_t)>& progress);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatTemplate& chat_template() const { return *template_; }
-  const ModelInfo& info() const { return model_->info(); }
+  const ModelInfo& info() const { return lm_->model->info(); }
   Scheduler& scheduler() { return *scheduler_; }
   const std::filesystem::path& folder() const { return folder_; }
   // The template's generation prompt opens a think block ("<think>" right before the reply), so the reply
@@ -67,13 +74,7 @@ class EngineHost {
 
  private:
   std::filesystem::path folder_;
-  Warnings warnings_;
-  std::unique_ptr<TensorSource> source_;
-  std::vector<WeightRecord> records_;
-  ModelConfig config_;
-  std::unique_ptr<Model> model_;
-  std::vector<TensorDecl> decls_;
-  std::vector<const WeightRecord*> matched_;  // per declaration; null for an absent optional tensor
+  std::unique_ptr<LoadedModel> lm_;  // prepared (source, records, model, plan), then loaded
   std::optional<Tokenizer> tokenizer_;
   std::optional<ChatTemplate> template_;
   bool think_tags_ = false;
@@ -82,7 +83,6 @@ class EngineHost {
   CheckpointSummary summary_;
 
   std::unique_ptr<Backend> backend_;
-  WeightSet weights_;
   std::unique_ptr<StepEngine> step_;
   std::unique_ptr<Scheduler> scheduler_;
 };

@@ -52,9 +52,15 @@ int main(int argc, char** argv) {
 
   std::unique_ptr<EngineHost> host;
   ServePlan plan;
+  MemoryPlan memory;
   try {
     host = EngineHost::prepare(opts);
     plan = plan_serving(opts, host->summary(), static_cast<int>(std::thread::hardware_concurrency()));
+    // The memory plan for the slots chosen, refused (E_MEMORY_PLAN) before anything is allocated.
+    memory = host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size);
+    fmt::print("{}", start_screen(opts, *host, plan, memory));
+    std::fflush(stdout);
+    check_memory_plan(memory, opts.model);
   } catch (const Error& e) {
     fmt::print(stderr, "bloomery-serve: error: {}\n", e.what());
     return 1;
@@ -62,9 +68,6 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bloomery-serve: error: {}\n", e.what());
     return 1;
   }
-  fmt::print("{}", start_screen(opts, *host, plan));
-  std::fflush(stdout);
-
   HttpServer http(opts, plan.n_slots, plan.n_ctx_slot);
   std::string err;
   if (!http.start(&err)) {
@@ -78,15 +81,9 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   try {
     SchedulerConfig sc{plan.n_slots, plan.n_ctx_slot, opts.batch_size, opts.ubatch_size};
-    size_t last_pct = 101;
+    // The loader draws the byte progress bar (core/progress.h) on stderr.
     host->load(sc, plan.threads, [&](size_t done, size_t total) {
-      size_t pct = done * 100 / std::max<size_t>(total, 1);
-      http.set_loading_progress(fmt::format("Loading model ({}%)", pct));
-      if (pct / 5 != last_pct / 5 || done == total) {
-        fmt::print("\r{}", progress_bar(done, total));
-        std::fflush(stdout);
-        last_pct = pct;
-      }
+      http.set_loading_progress(fmt::format("Loading model ({}%)", done * 100 / std::max<size_t>(total, 1)));
     });
   } catch (const std::exception& e) {
     http.set_failed(e.what());
@@ -98,7 +95,7 @@ int main(int argc, char** argv) {
   http.counters().load_seconds = secs;
   http.counters().load_bytes = host->summary().stored_bytes;
   http.set_ready(host.get());
-  fmt::print("\nready       loaded {} in {:.2f} s; listening on http://{}:{}\n",
+  fmt::print("ready       loaded {} in {:.2f} s; listening on http://{}:{}\n",
              human_bytes(host->summary().stored_bytes), secs, opts.host, opts.port);
   std::fflush(stdout);
 

@@ -55,7 +55,8 @@ ServePlan plan_serving(const ServerOptions& o, const CheckpointSummary& s, int h
   return p;
 }
 
-std::string start_screen(const ServerOptions& o, const EngineHost& host, const ServePlan& plan) {
+std::string start_screen(const ServerOptions& o, const EngineHost& host, const ServePlan& plan,
+                         const MemoryPlan& memory) {
   const CheckpointSummary& s = host.summary();
   std::string out;
   out += "bloomery-serve 0.1.0\n";
@@ -69,13 +70,11 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
                        it == s.formats_by_role.end() ? "" : it->second);
   }
   out += fmt::format("            {:<20} {:>12}\n", "total", human_bytes(s.stored_bytes));
-  uint64_t state = host.state_bytes_estimate(plan.n_ctx_slot);
-  out += "memory plan (CPU engine, host memory)\n";
-  out += fmt::format("            weights (decoded to f32)   {:>12}\n", human_bytes(s.engine_weight_bytes));
-  out += fmt::format("            state per slot             {:>12}  x {} slots\n", human_bytes(state),
-                     plan.n_slots);
-  out += fmt::format("            total                      {:>12}\n",
-                     human_bytes(s.engine_weight_bytes + state * static_cast<uint64_t>(plan.n_slots)));
+  // The loader's memory plan (models/memory_plan.h): weights as the CPU engine keeps them, KV/state from the
+  // model for every slot, scratch, against the host's available memory.
+  for (const auto& line : memory.lines()) out += "            " + line + "\n";
+  out += fmt::format("            state per slot {} (x {} slots)\n",
+                     human_bytes(host.state_bytes_estimate(plan.n_ctx_slot)), plan.n_slots);
   out += fmt::format("slots       {} x {} tokens of context (-c {} over -np {})\n", plan.n_slots,
                      plan.n_ctx_slot, plan.n_ctx_total, plan.n_slots);
   out += fmt::format("batching    -b {} prompt tokens per step, -ub {} per sequence\n", o.batch_size,

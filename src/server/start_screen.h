@@ -24,7 +24,8 @@ struct ServePlan {
 
 ServePlan plan_serving(const ServerOptions& o, const CheckpointSummary& s, int hardware_threads);
 
-std::string start_screen(const ServerOptions& o, const EngineHost& host, const ServePlan& plan);
+std::string start_screen(const ServerOptions& o, const EngineHost& host, const ServePlan& plan,
+                         const MemoryPlan& memory);
 
 // "[#####.....]  52%  31/60 tensors" (no newline).
 std::string progress_bar(size_t done, size_t total, int width = 30);
