@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "models/model_loader.h"
+#include "runtime/engine.h"
 #include "runtime/scheduler.h"
 
 namespace bloomery {
@@ -161,6 +162,26 @@ TEST_P(BatchForward, StepEngineFailsOnlyTheEntryWithoutRoom) {
   EXPECT_LE(rel_err(items[0].logits, w), kTol);
   EXPECT_EQ(ok->pos, 4);
   EXPECT_EQ(full->pos, 3);
+}
+
+TEST_P(BatchForward, EngineDecodeOfSeveralSequencesEqualsOneByOne) {
+  const int64_t V = model().info().vocab_size;
+  auto a = tokens(V, 6, 7), b = tokens(V, 3, 8);
+  Engine batched(be(), model()), single(be(), model());
+  SeqId ba = batched.add_sequence(32), bb = batched.add_sequence(32);
+  SeqId sa = single.add_sequence(32), sb = single.add_sequence(32);
+  batched.prefill(ba, std::span(a).first(5));
+  batched.prefill(bb, std::span(b).first(2));
+  single.prefill(sa, std::span(a).first(5));
+  single.prefill(sb, std::span(b).first(2));
+  const SeqId seqs[] = {ba, bb};
+  const int32_t toks[] = {a[5], b[2]};
+  auto rows = batched.decode(seqs, toks);
+  ASSERT_EQ(rows.size(), 2u);
+  const SeqId one_a[] = {sa}, one_b[] = {sb};
+  EXPECT_LE(rel_err(rows[0], single.decode(one_a, std::span(toks).first(1))[0]), kTol);
+  EXPECT_LE(rel_err(rows[1], single.decode(one_b, std::span(toks).subspan(1))[0]), kTol);
+  EXPECT_LE(rel_err(be().download(batched.last_hidden(bb)), be().download(single.last_hidden(sb))), kTol);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, BatchForward, ::testing::ValuesIn(folders()),
