@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -46,6 +47,9 @@ class Progress {
   Progress& operator=(const Progress&) = delete;
 
   void add(uint64_t bytes);
+  // Also tell `fn(done, total)` on every add() (e.g. a server's /health "loading 42%"). Called from the
+  // reader threads: fn must be thread-safe. Set before the first add().
+  void set_listener(std::function<void(uint64_t, uint64_t)> fn) { listener_ = std::move(fn); }
   // Prints the final line ("label: 2.91 GiB in 1.9 s, 1.53 GB/s") once; later calls do nothing.
   void finish();
   // Prints a one-time note on its own line (e.g. "O_DIRECT refused ..."), keeping the bar intact.
@@ -66,6 +70,7 @@ class Progress {
   double plain_interval_s_;
   std::chrono::steady_clock::time_point start_;
   std::atomic<uint64_t> done_{0};
+  std::function<void(uint64_t, uint64_t)> listener_;
   std::mutex mu_;
   double last_draw_s_ = -1.0;
   bool drawn_ = false, finished_ = false;
@@ -135,7 +140,8 @@ inline double Progress::elapsed_s() const {
 }
 
 inline void Progress::add(uint64_t bytes) {
-  done_.fetch_add(bytes);
+  const uint64_t now = done_.fetch_add(bytes) + bytes;
+  if (listener_) listener_(now, total_);
   if (mode_ != ProgressMode::Quiet) draw(false);
 }
 

@@ -133,6 +133,7 @@ void load_weights(LoadedModel& lm, Backend& backend, const LoadOptions& options)
   const auto t0 = std::chrono::steady_clock::now();
   Progress progress("loading " + std::filesystem::path(lm.folder).filename().string(), lm.plan.read_bytes,
                     options.progress);
+  if (options.on_progress) progress.set_listener(options.on_progress);
   std::vector<const WeightJob*> loaded;
   std::vector<WeightJob> bulk_jobs;
   for (const WeightJob& j : lm.jobs) {

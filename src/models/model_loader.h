@@ -31,6 +31,8 @@ struct LoadOptions {
   // Called with the plan once it is computed, before it is checked and before any allocation (the start
   // screen prints it here).
   std::function<void(const MemoryPlan&)> on_plan;
+  // Called with (bytes read, bytes to read) as the weights load, from the loader's threads (thread-safe!).
+  std::function<void(uint64_t, uint64_t)> on_progress;
 };
 
 // One weight to load, as the plan saw it.

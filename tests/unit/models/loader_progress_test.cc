@@ -3,6 +3,8 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "core/progress.h"
 
@@ -72,6 +74,17 @@ TEST(LoaderProgress, TtyModeRedrawsInPlace) {
   EXPECT_EQ(s.rfind("\r", 0), 0u) << s;  // starts with a carriage return
   EXPECT_NE(s.find(" 50%"), std::string::npos) << s;
   EXPECT_NE(s.find("l: 50 B in "), std::string::npos) << s;
+}
+
+TEST(LoaderProgress, ListenerSeesEveryAdd) {
+  Progress p("q", 30, ProgressMode::Quiet);
+  std::vector<std::pair<uint64_t, uint64_t>> seen;
+  p.set_listener([&](uint64_t d, uint64_t t) { seen.emplace_back(d, t); });
+  p.add(10);
+  p.add(20);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_pair(uint64_t(10), uint64_t(30)));
+  EXPECT_EQ(seen[1], std::make_pair(uint64_t(30), uint64_t(30)));
 }
 
 TEST(LoaderProgress, QuietPrintsNothing) {
