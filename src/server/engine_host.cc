@@ -97,8 +97,16 @@ MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t u
 void EngineHost::load(const SchedulerConfig& config, int threads,
                       const std::function<void(size_t, size_t)>& progress) {
   backend_ = std::make_unique<cpu::CpuBackend>(threads);
-  if (progress) progress(0, 1);
-  load_weights(*lm_, *backend_);  // binds the model; the loader draws its byte progress bar on stderr
+  // The loader draws its byte progress bar on stderr and reports (bytes read, total) to `progress`, from its
+  // reader threads.
+  LoadOptions lo;
+  if (progress) {
+    progress(0, 1);
+    lo.on_progress = [&progress](uint64_t done, uint64_t total) {
+      progress(static_cast<size_t>(done), static_cast<size_t>(total));
+    };
+  }
+  load_weights(*lm_, *backend_, lo);  // then binds the model
   if (progress) progress(1, 1);
   step_ = std::make_unique<ModelStepEngine>(*lm_->model, *backend_);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);

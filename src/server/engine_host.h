@@ -57,8 +57,8 @@ class EngineHost {
   // them, KV/state from Model::state_bytes, scratch) against the host's available memory.
   MemoryPlan memory_plan(int64_t context, int64_t sequences, int64_t ubatch) const;
 
-  // Loads every declared weight (the loader's progress bar on stderr; progress(0, 1) before, (1, 1) after).
-  // Then binds and starts the scheduler.
+  // Loads every declared weight (the loader's progress bar on stderr); progress(bytes read, total) as they
+  // arrive, possibly from several threads. Then binds and starts the scheduler.
   void load(const SchedulerConfig& config, int threads, const std::function<void(size_t, size_t)>& progress);
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }
