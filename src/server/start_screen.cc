@@ -88,11 +88,4 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   return out;
 }
 
-std::string progress_bar(size_t done, size_t total, int width) {
-  size_t t = std::max<size_t>(total, 1);
-  int fill = static_cast<int>(static_cast<double>(done) / static_cast<double>(t) * width);
-  return fmt::format("loading [{}{}] {:3}%  {}/{} tensors", std::string(fill, '#'),
-                     std::string(width - fill, '.'), done * 100 / t, done, total);
-}
-
 }  // namespace bloomery::server

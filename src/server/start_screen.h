@@ -1,6 +1,6 @@
-// The start screen on stdout: model family and checkpoint, formats and bytes per role, the memory plan, slots
-// and context per slot, the address, one line per choice made without a flag (naming the flag), and the load
-// progress bar.
+// The start screen on stdout: model family and checkpoint, formats and bytes per role, the loader's memory
+// plan, slots and context per slot, the address, one line per choice made without a flag (naming the flag).
+// The load progress bar is the loader's (core/progress.h, on stderr).
 #pragma once
 
 #include <cstdint>
@@ -26,9 +26,6 @@ ServePlan plan_serving(const ServerOptions& o, const CheckpointSummary& s, int h
 
 std::string start_screen(const ServerOptions& o, const EngineHost& host, const ServePlan& plan,
                          const MemoryPlan& memory);
-
-// "[#####.....]  52%  31/60 tensors" (no newline).
-std::string progress_bar(size_t done, size_t total, int width = 30);
 
 std::string human_bytes(uint64_t b);
 
