@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/select/backend_choice.h"
 #include "core/file.h"
 #include "formats/format_table.h"
 #include "models/model_loader.h"
@@ -21,10 +22,23 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   h->folder_ = o.model;
   if (!std::filesystem::is_directory(h->folder_))
     raise("E_FOLDER_NOT_FOUND", Where{o.model, "", ""}, "a model folder", "no such directory");
-  // Open, headers, formats, declarations and every weight's header checks, and the memory plan: nothing is
-  // allocated yet. The CPU engine's memory is the host's.
-  const Backend::MemoryInfo mem = cpu::CpuBackend(1).memory_info();
-  h->lm_ = prepare_model(h->folder_, "cpu", mem);
+  // The engine: -dev none → CPU, cuda0 → CUDA (refused now if the family's ops are not on the card), auto →
+  // CUDA when this build has it, a device is present and the family runs on it.
+  const BackendPick pick =
+      pick_backend(o.device == "none" ? "cpu" : (o.device == "cuda0" ? "cuda" : "auto"), h->folder_);
+  h->backend_name_ = pick.name;
+  h->backend_why_ = pick.why;
+  check_backend_runs(pick.name, h->folder_);
+  // Open, headers, formats, declarations and every weight's header checks, and the memory plan against the
+  // engine's memory (the card's free memory, or the host's for the CPU engine): nothing is allocated yet.
+  Backend::MemoryInfo mem;
+  if (pick.name == "cuda") {
+    h->backend_ = make_backend("cuda", 0);
+    mem = h->backend_->memory_info();
+  } else {
+    mem = cpu::CpuBackend(1).memory_info();
+  }
+  h->lm_ = prepare_model(h->folder_, pick.name, mem);
   const LoadedModel& lm = *h->lm_;
   const Model& model = *lm.model;
 
@@ -96,7 +110,7 @@ MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t u
 
 void EngineHost::load(const SchedulerConfig& config, int threads,
                       const std::function<void(size_t, size_t)>& progress) {
-  backend_ = std::make_unique<cpu::CpuBackend>(threads);
+  if (!backend_) backend_ = std::make_unique<cpu::CpuBackend>(threads);
   // The loader draws its byte progress bar on stderr and reports (bytes read, total) to `progress`, from its
   // reader threads.
   LoadOptions lo;

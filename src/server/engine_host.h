@@ -50,6 +50,9 @@ class EngineHost {
   static std::unique_ptr<EngineHost> prepare(const ServerOptions& options);
 
   const CheckpointSummary& summary() const { return summary_; }
+  // The engine's backend ("cpu" or "cuda") and what decided it (-dev, or the automatic choice).
+  const std::string& backend_name() const { return backend_name_; }
+  const std::string& backend_why() const { return backend_why_; }
   // Per-slot state bytes for `ctx` tokens: what the model's new_state will allocate (Model::state_bytes;
   // before the weights are bound an optional draft layer's cache is counted).
   uint64_t state_bytes_estimate(int64_t ctx) const;
@@ -82,7 +85,9 @@ class EngineHost {
   nlohmann::json generation_config_;
   CheckpointSummary summary_;
 
-  std::unique_ptr<Backend> backend_;
+  std::string backend_name_ = "cpu", backend_why_;
+  std::unique_ptr<Backend>
+      backend_;  // made in prepare for CUDA (its free memory feeds the plan), in load for CPU
   std::unique_ptr<StepEngine> step_;
   std::unique_ptr<Scheduler> scheduler_;
 };

@@ -123,6 +123,15 @@ const std::vector<Refused>& refused_flags() {
   return r;
 }
 
+// llama-server's -dev takes a device list; bloomery has one GPU engine (CUDA device 0) or the CPU engine.
+void set_device(std::string& dst, const std::string& flag, const std::string& v) {
+  if (v == "auto" || v == "none" || v == "cuda0" || v == "cuda" || v == "cpu") {
+    dst = v == "cuda" ? "cuda0" : (v == "cpu" ? "none" : v);
+    return;
+  }
+  bad_value(flag, "auto, none (the CPU engine) or cuda0", v);
+}
+
 void set_cache_type(std::string& dst, const std::string& flag, const std::string& v) {
   if (v == "f16" || v == "bf16") {
     dst = v;
@@ -399,6 +408,15 @@ const std::vector<Flag>& flag_table() {
        "the model's",
        "Jinja chat template to use instead of the checkpoint's",
        [](O& o, auto&, auto& v) { o.chat_template_file = v; }},
+      {{"-dev", "--device"},
+       {},
+       "LLAMA_ARG_DEVICE",
+       Kind::Value,
+       "DEV",
+       "auto",
+       "engine device: auto (CUDA device 0 when this build has CUDA, a GPU is present and the model's "
+       "family runs on it; else the CPU engine), none (CPU engine) or cuda0",
+       [](O& o, auto& f, auto& v) { set_device(o.device, f, v); }},
       {{"-ctk", "--cache-type-k"},
        {},
        "LLAMA_ARG_CACHE_TYPE_K",

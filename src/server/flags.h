@@ -42,6 +42,7 @@ struct ServerOptions {
   bool slots = true;
   bool webui = true;  // accepted; bloomery serves no web UI either way
   std::string chat_template_file;
+  std::string device = "auto";  // -dev: auto (CUDA when it can run the family, else CPU), none (CPU), cuda0
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
   int load_delay_ms = 0;  // --load-delay-ms: a pause before the weights load (tests of the loading state)

@@ -63,6 +63,8 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   out += fmt::format("model       {} ({}, {} tensors, {} parameters)\n", o.model, s.family, s.n_tensors,
                      s.n_params);
   out += fmt::format("folder      {}\n", s.folder_kind);
+  out += fmt::format("engine      {} ({})\n", host.backend_name() == "cuda" ? "CUDA, device 0" : "CPU",
+                     host.backend_why());
   out += "formats     role                 stored bytes   formats\n";
   for (const auto& [role, bytes] : s.bytes_by_role) {
     auto it = s.formats_by_role.find(role);
@@ -70,8 +72,8 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
                        it == s.formats_by_role.end() ? "" : it->second);
   }
   out += fmt::format("            {:<20} {:>12}\n", "total", human_bytes(s.stored_bytes));
-  // The loader's memory plan (models/memory_plan.h): weights as the CPU engine keeps them, KV/state from the
-  // model for every slot, scratch, against the host's available memory.
+  // The loader's memory plan (models/memory_plan.h): weights as the engine keeps them, KV/state from the
+  // model for every slot, scratch, against the engine's free memory.
   for (const auto& line : memory.lines()) out += "            " + line + "\n";
   out += fmt::format("            state per slot {} (x {} slots)\n",
                      human_bytes(host.state_bytes_estimate(plan.n_ctx_slot)), plan.n_slots);
@@ -80,6 +82,9 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   out += fmt::format("batching    -b {} prompt tokens per step, -ub {} per sequence\n", o.batch_size,
                      o.ubatch_size);
   out += fmt::format("listening   http://{}:{}\n", o.host, o.port);
+  if (o.device == "auto")
+    out += fmt::format("choice      engine: {} ({}; change with -dev/--device none|cuda0)\n",
+                       host.backend_name(), host.backend_why());
   for (const auto& c : plan.choices) out += "choice      " + c + "\n";
   for (const auto& [flag, src] : o.source)
     if (src != "command line") out += fmt::format("env         --{} from {}\n", flag, src);

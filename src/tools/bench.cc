@@ -13,9 +13,9 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "backend/select/backend_choice.h"
 #include "core/error.h"
 #include "models/model_loader.h"
-#include "tools/backend_choice.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/command.h"
@@ -108,7 +108,7 @@ Roofline roofline(const BenchRow& r, const std::vector<WeightCost>& costs, const
 
 int run_bench(int argc, char** argv) {
   CLI::App app{"Benchmark prompt processing and decode (llama-bench style)."};
-  std::string folder, backend_name = "cpu", synthetic, layout_name = "nvidia", json_out;
+  std::string folder, backend_name = "auto", synthetic, layout_name = "nvidia", json_out;
   BenchParams bp;
   int threads = 0;
   bool json = false, plan_only = false;
@@ -132,7 +132,10 @@ int run_bench(int argc, char** argv) {
   app.add_option("--max-seconds", bp.max_seconds, "skip tests that would start after this many seconds");
   app.add_option("--warmup", bp.warmup, "1: a short pp + tg before measuring (default), 0: none");
   app.add_option("-t,--threads", threads, "CPU threads (0 = every core)");
-  app.add_option("--backend", backend_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option(
+         "--backend", backend_name,
+         "auto (CUDA when built, a device is present and the family runs on it; else CPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_flag("--plan-only", plan_only,
                "with --synthetic: print the stored bytes per format and the decode bytes per step for every "
                "-d/-c pair (stored formats, as the cuda backend reads them) without building anything");
@@ -168,6 +171,7 @@ int run_bench(int argc, char** argv) {
     std::printf("%s\n", pj.dump(2).c_str());
     return 0;
   }
+  backend_name = pick_backend(backend_name, folder).name;
   std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
   const double bw = copy_bandwidth(backend_name);  // before the weights take the card's memory
   nlohmann::json j;

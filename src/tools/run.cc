@@ -11,12 +11,12 @@
 #include <CLI/CLI.hpp>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/select/backend_choice.h"
 #include "core/error.h"
 #include "models/model_loader.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
-#include "tools/backend_choice.h"
 #include "tools/command.h"
 
 namespace bloomery::tools {
@@ -50,7 +50,7 @@ double seconds(Clock::time_point a, Clock::time_point b) {
 
 int run_run(int argc, char** argv) {
   CLI::App app{"Generate text with a model folder on the CPU or CUDA backend."};
-  std::string folder, prompt, prompt_ids, logits_out, backend_name = "cpu";
+  std::string folder, prompt, prompt_ids, logits_out, backend_name = "auto";
   int n_predict = 64, threads = 0, top_k = 0;
   float temp = 0.0f, top_p = 1.0f, min_p = 0.0f;
   uint64_t seed = 0;
@@ -72,7 +72,10 @@ int run_run(int argc, char** argv) {
       "--logits-out", logits_out,
       "write f32 logits (raw little-endian, one row of vocab_size per position) of the last prompt "
       "position and of every generated step");
-  app.add_option("--backend", backend_name, "cpu or cuda")->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option(
+         "--backend", backend_name,
+         "auto (CUDA when built, a device is present and the family runs on it; else CPU), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}));
   app.add_option("--mem-budget", mem_budget_mib,
                  "refuse to load when the memory plan exceeds this many MiB (default: the free memory)");
   app.add_flag("--no-progress", no_progress, "no load progress bar and no memory plan on stderr");
@@ -85,6 +88,7 @@ int run_run(int argc, char** argv) {
     return 2;
   }
   // --backend cuda: refuse a family whose ops the card lacks before loading anything (helper J).
+  backend_name = pick_backend(backend_name, folder).name;
   check_backend_runs(backend_name, folder);
 
   auto t0 = Clock::now();

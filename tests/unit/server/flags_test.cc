@@ -188,3 +188,14 @@ TEST(Suggest, EditDistance) {
   EXPECT_EQ(closest("--prot", {"--port", "--parallel", "--host"}), "--port");
   EXPECT_EQ(closest("x", {}), "");
 }
+
+TEST(Flags, DeviceChoosesTheEngine) {
+  EXPECT_EQ(parse({"-m", "/x"}).device, "auto");
+  EXPECT_EQ(parse({"-m", "/x", "-dev", "none"}).device, "none");
+  EXPECT_EQ(parse({"-m", "/x", "--device", "cuda0"}).device, "cuda0");
+  EXPECT_EQ(parse({"-m", "/x", "--device=cuda"}).device, "cuda0");
+  EXPECT_EQ(parse({"-m", "/x"}, {{"BLOOMERY_ARG_DEVICE", "none"}}).device, "none");
+  const std::string e = error_of({"-m", "/x", "-dev", "vulkan0"});
+  EXPECT_NE(e.find("E_FLAG_VALUE"), std::string::npos) << e;
+  EXPECT_NE(e.find("auto, none (the CPU engine) or cuda0"), std::string::npos) << e;
+}
