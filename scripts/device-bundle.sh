@@ -28,7 +28,9 @@ for t in "${targets[@]}"; do
   f=$(find "$build" -type f -name "$t" -perm -u+x | head -n 1)
   [ -n "$f" ] && strip -o "$bundle/bin/$t" "$f"
 done
-for lib in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2; do
-  cp -L "/usr/lib/x86_64-linux-gnu/$lib" "$bundle/lib/"
+# Debian libraries the GPU machine's base system lacks (the server's cpp-httplib and its brotli).
+for lib in libfmt.so.9 libpcre2-8.so.0 libutf8proc.so.2 libcpp-httplib.so.0.11 libbrotlidec.so.1 \
+  libbrotlienc.so.1 libbrotlicommon.so.1; do
+  [ -e "/usr/lib/x86_64-linux-gnu/$lib" ] && cp -L "/usr/lib/x86_64-linux-gnu/$lib" "$bundle/lib/"
 done
 du -sh "$bundle"
