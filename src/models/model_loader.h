@@ -24,9 +24,10 @@ namespace bloomery {
 struct LoadOptions {
   MemoryPlanOptions plan;                      // context × sequences, ubatch, --mem-budget
   ProgressMode progress = ProgressMode::Auto;  // Quiet: no bar
-  // Use the backend's bulk loader when it has one (CUDA: parallel O_DIRECT reads). Off by default until the
-  // CUDA loader's GPU test (tests/gpu/loader_test.cc) has passed on the card; `bloomery run` turns it on.
-  bool bulk = false;
+  // Use the backend's bulk loader when it has one (CUDA: parallel O_DIRECT reads into pinned staging,
+  // overlapped with uploads; checked on the H200 by tests/gpu/loader_test.cc: every fixture's device bytes
+  // equal the per-weight path's). Backends without one load weight after weight.
+  bool bulk = true;
   int reader_threads = 0;  // bulk loader reader threads; 0 = automatic
   // Called with the plan once it is computed, before it is checked and before any allocation (the start
   // screen prints it here).
