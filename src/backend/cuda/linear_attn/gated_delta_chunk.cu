@@ -8,9 +8,9 @@
 //     Q, Kd = e^{γ_last − γ} ⊙ K and the chunk decay e^{γ_last}. Written to a workspace.
 //  2. gdn_chunk_scan_k, one block per (value head, slice of 32 or 64 value columns): the sequential pass over
 //     the slab's chunks with the state slice S[:, b0:b0+cols] in shared memory. Value columns are independent
-//     here, so dv splits across blocks. Per chunk: V' = U − W S, O = Qe S + Attn V', S ← e^{γ_last} S + Kdᵀ V'.
-//     The chunk's records are staged into shared memory with cp.async in two groups (W|Qe|U, then Kdᵀ|Attn),
-//     each streaming in while the other is used.
+//     here, so dv splits across blocks. Per chunk: V' = U − W S, O = Qe S + Attn V', S ← e^{γ_last} S + Kdᵀ
+//     V'. The chunk's records are staged into shared memory with cp.async in two groups (W|Qe|U, then
+//     Kdᵀ|Attn), each streaming in while the other is used.
 //
 // Rows of a partial last chunk are zero (q = k = v = 0, g = 0, β = 0), which leaves every result unchanged.
 // Key dims are padded to a multiple of 4 (zeros) so the workspace rows load as float4.
