@@ -17,24 +17,16 @@
 #include "formats/weight_decode.h"
 #include "models/model_loader.h"
 
+#include "../common/fixture_folders.h"
+
 namespace bloomery::gputest {
 namespace {
 
 namespace fs = std::filesystem;
 // The fixtures of the checkout the binary runs in (the GPU machine's copy lives elsewhere than the build's).
-const fs::path kModels = [] {
-  const char* env = std::getenv("BLOOMERY_SOURCE_DIR");
-  return fs::path(env && *env ? env : BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
-}();
+const fs::path kModels = testing_fixtures::models_root();
 
-std::vector<fs::path> fixture_folders() {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(kModels))
-    if (e.is_directory() && (fs::exists(e.path() / "config.json") || fs::exists(e.path() / "manifest.json")))
-      out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using testing_fixtures::fixture_folders;
 
 uint64_t free_device_bytes() {
   size_t f = 0, t = 0;

@@ -5,20 +5,14 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cpu {
 
 void CpuBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
                                Act act) {
-  const int64_t T = x.rows(), C = x.cols();
-  const int64_t K = w.cols();
-  need(w.rows() == C, "causal_conv1d", "w [" + std::to_string(C) + ", 1, K]", shape_string(w.shape()));
-  need(dilation >= 1, "causal_conv1d", "dilation >= 1", std::to_string(dilation));
-  const int64_t P = (K - 1) * dilation;
-  need(state.numel() == C * P, "causal_conv1d",
-       "state [" + std::to_string(C) + ", " + std::to_string(P) + "]", state.shape_str());
-  need(out.numel() == T * C && out.f32() != x.f32(), "causal_conv1d", "a separate out [T, C]",
-       out.shape_str());
+  check_causal_conv1d_args(out, x, w, state, dilation);
+  const int64_t T = x.rows(), C = x.cols(), K = w.cols(), P = (K - 1) * dilation;
   const float *X = x.f32(), *W = w.dense().f32();
   float *S = state.f32(), *O = out.f32();
   owned_pool_->parallel_for(C, [&](int64_t c0, int64_t c1) {
@@ -39,10 +33,7 @@ void CpuBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Te
 
 void CpuBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
                            const Weight& dt_bias) {
-  const int64_t Hv = A_log.numel(), T = a.numel() / std::max<int64_t>(1, Hv);
-  need(dt_bias.numel() == Hv && a.numel() == T * Hv && b.numel() == T * Hv && g.numel() == T * Hv &&
-           beta.numel() == T * Hv,
-       "gdn_gates", "a, b, g, beta [T, " + std::to_string(Hv) + "]", a.shape_str() + " " + b.shape_str());
+  const int64_t Hv = A_log.numel(), T = check_gdn_gates_args(g, beta, a, b, A_log, dt_bias);
   const float *A = A_log.dense().f32(), *Db = dt_bias.dense().f32();
   for (int64_t t = 0; t < T; ++t)
     for (int64_t h = 0; h < Hv; ++h) {
@@ -181,14 +172,8 @@ void gdn_chunked_head(const GdnDims& d, int64_t h, const float* Q, const float* 
 void CpuBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                   const Tensor& g, const Tensor& beta, Tensor& state, bool l2norm_qk,
                                   bool chunked) {
-  need(q.ndim() == 3 && k.shape() == q.shape() && v.ndim() == 3 && v.dim(0) == q.dim(0), "gated_delta_rule",
-       "q, k [T, Hk, dk], v [T, Hv, dv]", q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
-  GdnDims d{q.dim(0), q.dim(1), v.dim(1), q.dim(2), v.dim(2)};
-  need(d.Hv % d.Hk == 0, "gated_delta_rule", "Hv a multiple of Hk", std::to_string(d.Hv));
-  need(g.numel() == d.T * d.Hv && beta.numel() == d.T * d.Hv, "gated_delta_rule", "g, beta [T, Hv]",
-       g.shape_str() + " " + beta.shape_str());
-  need(state.numel() == d.Hv * d.dk * d.dv, "gated_delta_rule", "state [Hv, dk, dv]", state.shape_str());
-  need(out.numel() == d.T * d.Hv * d.dv, "gated_delta_rule", "out [T, Hv, dv]", out.shape_str());
+  const GdnShape s = check_gated_delta_args(out, q, k, v, g, beta, state);
+  GdnDims d{s.T, s.Hk, s.Hv, s.dk, s.dv};
   const float *Q = q.f32(), *K = k.f32(), *V = v.f32(), *G = g.f32(), *Bt = beta.f32();
   float *S = state.f32(), *O = out.f32();
   owned_pool_->parallel_for(d.Hv, [&](int64_t h0, int64_t h1) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cpu {
 
@@ -29,13 +30,8 @@ void dot_rows(const float* x, const float* w, int64_t K, int64_t n0, int64_t n1,
 
 void CpuBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
   need(!w.streamed() && w.dense().defined(), "matmul", "a dense weight", w.name());
+  check_matmul_args(out, x, w, row0, n);
   const int64_t K = w.cols(), T = x.rows();
-  need(x.cols() == K, "matmul", "x [T, " + std::to_string(K) + "] for " + w.name(), x.shape_str());
-  need(row0 >= 0 && n >= 0 && row0 + n <= w.rows(), "matmul", "rows within " + shape_string(w.shape()),
-       std::to_string(row0) + "+" + std::to_string(n));
-  need(out.numel() == T * n, "matmul",
-       "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
-       out.shape_str());
   const float* W = w.dense().f32() + row0 * K;
   const float* X = x.f32();
   float* Y = out.f32();

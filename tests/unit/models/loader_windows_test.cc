@@ -11,20 +11,15 @@
 
 #include "backend/cuda/loader/window_plan.h"
 
+#include "../../common/fixture_folders.h"
+
 namespace bloomery {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kModels = fs::path(BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
+const fs::path kModels = testing_fixtures::models_root();
 
-std::vector<fs::path> fixture_folders() {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(kModels))
-    if (e.is_directory() && (fs::exists(e.path() / "config.json") || fs::exists(e.path() / "manifest.json")))
-      out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using testing_fixtures::fixture_folders;
 
 struct AlignedBuffer {
   explicit AlignedBuffer(uint64_t n)

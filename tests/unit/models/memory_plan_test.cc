@@ -11,20 +11,15 @@
 #include "models/model_loader.h"
 #include "models/roles.h"
 
+#include "../../common/fixture_folders.h"
+
 namespace bloomery {
 namespace {
 
 namespace fs = std::filesystem;
-const fs::path kModels = fs::path(BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
+const fs::path kModels = testing_fixtures::models_root();
 
-std::vector<fs::path> fixture_folders() {
-  std::vector<fs::path> out;
-  for (const auto& e : fs::directory_iterator(kModels))
-    if (e.is_directory() && (fs::exists(e.path() / "config.json") || fs::exists(e.path() / "manifest.json")))
-      out.push_back(e.path());
-  std::sort(out.begin(), out.end());
-  return out;
-}
+using testing_fixtures::fixture_folders;
 
 uint64_t pad(uint64_t n) {  // cudaMalloc-style buffer: 16 bytes of over-read slack, 256-byte aligned
   return (n + 16 + 255) / 256 * 256;

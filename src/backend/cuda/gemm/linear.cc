@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/op_args.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cuda {
 
@@ -35,12 +36,7 @@ void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int
   const int64_t K = w.cols(), T = x.rows();
   need(static_cast<int64_t>(dw.cols) == K && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
        "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
-  need(x.cols() == K, "matmul", "x [T, " + std::to_string(K) + "] for " + w.name(), x.shape_str());
-  need(row0 >= 0 && n >= 0 && row0 + n <= w.rows(), "matmul", "rows within " + shape_string(w.shape()),
-       std::to_string(row0) + "+" + std::to_string(n));
-  need(out.numel() == T * n, "matmul",
-       "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
-       out.shape_str());
+  check_matmul_args(out, x, w, row0, n);
   linear(out.f32(), x.f32(), T, dw, row0, n);
 }
 

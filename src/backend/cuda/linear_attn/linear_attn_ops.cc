@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/op_args.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cuda {
 
@@ -14,24 +15,15 @@ namespace bloomery::cuda {
 
 void CudaBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
                                 Act act) {
+  check_causal_conv1d_args(out, x, w, state, dilation);
   const int64_t T = x.rows(), C = x.cols(), K = w.cols();
-  need(w.rows() == C, "causal_conv1d", "w [" + std::to_string(C) + ", 1, K]", shape_string(w.shape()));
-  need(dilation >= 1, "causal_conv1d", "dilation >= 1", std::to_string(dilation));
-  const int64_t P = (K - 1) * dilation;
-  need(state.numel() == C * P, "causal_conv1d",
-       "state [" + std::to_string(C) + ", " + std::to_string(P) + "]", state.shape_str());
-  need(out.numel() == T * C && out.f32() != x.f32(), "causal_conv1d", "a separate out [T, C]",
-       out.shape_str());
   cuda::causal_conv1d(out.f32(), x.f32(), param_f32(w, "causal_conv1d"), state.f32(), T, C, K, dilation,
                       act_code(act), stream_);
 }
 
 void CudaBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
                             const Weight& dt_bias) {
-  const int64_t Hv = A_log.numel(), T = a.numel() / std::max<int64_t>(1, Hv);
-  need(dt_bias.numel() == Hv && a.numel() == T * Hv && b.numel() == T * Hv && g.numel() == T * Hv &&
-           beta.numel() == T * Hv,
-       "gdn_gates", "a, b, g, beta [T, " + std::to_string(Hv) + "]", a.shape_str() + " " + b.shape_str());
+  const int64_t Hv = A_log.numel(), T = check_gdn_gates_args(g, beta, a, b, A_log, dt_bias);
   cuda::gdn_gates(g.f32(), beta.f32(), a.f32(), b.f32(), param_f32(A_log, "gdn_gates"),
                   param_f32(dt_bias, "gdn_gates"), T, Hv, stream_);
 }
@@ -39,14 +31,8 @@ void CudaBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tens
 void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& g, const Tensor& beta, Tensor& state, bool l2norm_qk,
                                    bool chunked) {
-  need(q.ndim() == 3 && k.shape() == q.shape() && v.ndim() == 3 && v.dim(0) == q.dim(0), "gated_delta_rule",
-       "q, k [T, Hk, dk], v [T, Hv, dv]", q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
-  const int64_t T = q.dim(0), Hk = q.dim(1), dk = q.dim(2), Hv = v.dim(1), dv = v.dim(2);
-  need(Hk > 0 && Hv % Hk == 0, "gated_delta_rule", "Hv a multiple of Hk", std::to_string(Hv));
-  need(g.numel() == T * Hv && beta.numel() == T * Hv, "gated_delta_rule", "g, beta [T, Hv]",
-       g.shape_str() + " " + beta.shape_str());
-  need(state.numel() == Hv * dk * dv, "gated_delta_rule", "state [Hv, dk, dv]", state.shape_str());
-  need(out.numel() == T * Hv * dv, "gated_delta_rule", "out [T, Hv, dv]", out.shape_str());
+  const GdnShape d = check_gated_delta_args(out, q, k, v, g, beta, state);
+  const int64_t T = d.T, Hk = d.Hk, dk = d.dk, Hv = d.Hv, dv = d.dv;
   need(dk >= 1 && dk <= kGdnMaxDk && dv >= 1 && dv <= kGdnMaxDv, "gated_delta_rule",
        "dk, dv in 1..128 (CUDA kernels)", q.shape_str() + " " + v.shape_str());
   if (T == 0 || Hv == 0) return;

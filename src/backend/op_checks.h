@@ -1,0 +1,65 @@
+// Argument checks of backend ops that every backend shares, so the CPU reference and the CUDA backend refuse
+// exactly the same calls with the same E_BACKEND_SHAPE messages (backend.h documents each op's shapes).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+
+#include "backend/backend.h"
+
+namespace bloomery {
+
+// matmul_rows: x [T, K] against rows [row0, row0 + n) of w, out of T·n elements.
+inline void check_matmul_args(const Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
+  const int64_t K = w.cols(), T = x.rows();
+  need(x.cols() == K, "matmul", "x [T, " + std::to_string(K) + "] for " + w.name(), x.shape_str());
+  need(row0 >= 0 && n >= 0 && row0 + n <= w.rows(), "matmul", "rows within " + shape_string(w.shape()),
+       std::to_string(row0) + "+" + std::to_string(n));
+  need(out.numel() == T * n, "matmul",
+       "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
+       out.shape_str());
+}
+
+// causal_conv1d: w [C, 1, K], state [C, (K−1)·dilation], a separate out [T, C].
+inline void check_causal_conv1d_args(const Tensor& out, const Tensor& x, const Weight& w, const Tensor& state,
+                                     int dilation) {
+  const int64_t T = x.rows(), C = x.cols(), K = w.cols();
+  need(w.rows() == C, "causal_conv1d", "w [" + std::to_string(C) + ", 1, K]", shape_string(w.shape()));
+  need(dilation >= 1, "causal_conv1d", "dilation >= 1", std::to_string(dilation));
+  const int64_t P = (K - 1) * dilation;
+  need(state.numel() == C * P, "causal_conv1d",
+       "state [" + std::to_string(C) + ", " + std::to_string(P) + "]", state.shape_str());
+  need(out.numel() == T * C && out.f32() != x.f32(), "causal_conv1d", "a separate out [T, C]",
+       out.shape_str());
+}
+
+// gdn_gates: a, b, g, beta [T, Hv] with Hv = A_log.numel() = dt_bias.numel(). Returns T.
+inline int64_t check_gdn_gates_args(const Tensor& g, const Tensor& beta, const Tensor& a, const Tensor& b,
+                                    const Weight& A_log, const Weight& dt_bias) {
+  const int64_t Hv = A_log.numel(), T = a.numel() / std::max<int64_t>(1, Hv);
+  need(dt_bias.numel() == Hv && a.numel() == T * Hv && b.numel() == T * Hv && g.numel() == T * Hv &&
+           beta.numel() == T * Hv,
+       "gdn_gates", "a, b, g, beta [T, " + std::to_string(Hv) + "]", a.shape_str() + " " + b.shape_str());
+  return T;
+}
+
+// gated_delta_rule: q, k [T, Hk, dk], v [T, Hv, dv] (Hv a multiple of Hk), g, beta [T, Hv], state [Hv, dk,
+// dv], out [T, Hv, dv]. Returns the dimensions.
+struct GdnShape {
+  int64_t T, Hk, Hv, dk, dv;
+};
+inline GdnShape check_gated_delta_args(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                       const Tensor& g, const Tensor& beta, const Tensor& state) {
+  need(q.ndim() == 3 && k.shape() == q.shape() && v.ndim() == 3 && v.dim(0) == q.dim(0), "gated_delta_rule",
+       "q, k [T, Hk, dk], v [T, Hv, dv]", q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  const GdnShape d{q.dim(0), q.dim(1), v.dim(1), q.dim(2), v.dim(2)};
+  need(d.Hk > 0 && d.Hv % d.Hk == 0, "gated_delta_rule", "Hv a multiple of Hk", std::to_string(d.Hv));
+  need(g.numel() == d.T * d.Hv && beta.numel() == d.T * d.Hv, "gated_delta_rule", "g, beta [T, Hv]",
+       g.shape_str() + " " + beta.shape_str());
+  need(state.numel() == d.Hv * d.dk * d.dv, "gated_delta_rule", "state [Hv, dk, dv]", state.shape_str());
+  need(out.numel() == d.T * d.Hv * d.dv, "gated_delta_rule", "out [T, Hv, dv]", out.shape_str());
+  return d;
+}
+
+}  // namespace bloomery
