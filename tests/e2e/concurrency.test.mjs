@@ -58,6 +58,12 @@ test('streams run interleaved: a long prompt does not stop another stream', asyn
   await longReq;
   assert.ok(during >= 3, `only ${during} tokens of the other stream arrived while the long prompt was read`);
   await it.return?.();
+  // Leaving the stream cancels s1 once the server's next write fails. Wait for that here, so the next test's
+  // cancellation count sees only its own request (on a loaded machine s1's cancel could land inside it).
+  await waitFor(async () => {
+    const s = await getJson(`${server.url}/slots`);
+    return s.body.every((x) => !x.is_processing);
+  }, 5000, 'every slot idle after leaving the stream');
 });
 
 test('a client that aborts mid-stream frees its slot', async () => {
