@@ -62,4 +62,44 @@ inline GdnShape check_gated_delta_args(const Tensor& out, const Tensor& q, const
   return d;
 }
 
+// rms_norm: x viewed as [R, C] in groups of `group` channels (0 = C); w null for Unweighted, else `group`
+// weights shared by every group or C weights (each group its own slice). Returns the group size and whether
+// the weight is per group.
+struct RmsNormShape {
+  int64_t group;
+  bool per_group;
+};
+inline RmsNormShape check_rms_norm_args(const Tensor& out, const Tensor& x, const Weight* w, NormKind kind,
+                                        int64_t group) {
+  const int64_t C = x.cols();
+  if (group <= 0) group = C;
+  need(out.numel() == x.numel(), "rms_norm", x.shape_str(), out.shape_str());
+  need(C % group == 0, "rms_norm", "cols divisible by group " + std::to_string(group), x.shape_str());
+  if (kind == NormKind::Unweighted) {
+    need(w == nullptr, "rms_norm", "no weight for Unweighted", w ? w->name() : "");
+    return {group, false};
+  }
+  need(w && (w->numel() == group || w->numel() == C), "rms_norm",
+       std::to_string(group) + " or " + std::to_string(C) + " weights",
+       w ? shape_string(w->shape()) : "none");
+  return {group, w->numel() == C && C != group};
+}
+
+// attention: q [T, Hq, d], k [S, Hkv, d], v [S, Hkv, dv] with Hq a multiple of Hkv, out [T, Hq, dv], the T
+// queries at key index q0 … q0+T−1 within the S keys, allowed [T, S] when given.
+inline void check_attention_args(const Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 int64_t q0, const Tensor* allowed) {
+  need(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v of rank 3",
+       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
+  const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
+  need(k.dim(2) == d && v.dim(0) == S && v.dim(1) == Hkv && Hkv > 0 && Hq % Hkv == 0, "attention",
+       "k [S, Hkv, d], v [S, Hkv, dv], Hq % Hkv == 0",
+       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  need(out.numel() == T * Hq * dv, "attention", "out [T, Hq, dv]", out.shape_str());
+  need(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
+       std::to_string(q0) + "+" + std::to_string(T));
+  if (allowed) need(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
+}
+
 }  // namespace bloomery

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cpu {
 
@@ -51,17 +52,9 @@ void CpuBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& r
 
 void CpuBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
                            float scale, const Tensor* allowed) {
-  need(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v of rank 3",
-       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  check_attention_args(out, q, k, v, q0, allowed);
   const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
   const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
-  need(k.dim(2) == d && v.dim(0) == S && v.dim(1) == Hkv && Hkv > 0 && Hq % Hkv == 0, "attention",
-       "k [S, Hkv, d], v [S, Hkv, dv], Hq % Hkv == 0",
-       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
-  need(out.numel() == T * Hq * dv, "attention", "out [T, Hq, dv]", out.shape_str());
-  need(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
-       std::to_string(q0) + "+" + std::to_string(T));
-  if (allowed) need(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
   const int64_t group = Hq / Hkv;
   const float *Q = q.f32(), *K = k.f32(), *V = v.f32();
   const float* A = allowed ? allowed->f32() : nullptr;

@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cpu {
 
@@ -18,20 +19,10 @@ inline float inv_rms(const float* x, int64_t n, float eps) {
 void CpuBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
                           int64_t group) {
   const int64_t C = x.cols(), R = x.rows();
-  if (group <= 0) group = C;
-  need(out.numel() == x.numel(), "rms_norm", x.shape_str(), out.shape_str());
-  need(C % group == 0, "rms_norm", "cols divisible by group " + std::to_string(group), x.shape_str());
-  const float* wp = nullptr;
-  bool per_channel = false;
-  if (kind == NormKind::Unweighted) {
-    need(w == nullptr, "rms_norm", "no weight for Unweighted", w ? w->name() : "");
-  } else {
-    need(w && (w->numel() == group || w->numel() == C), "rms_norm",
-         std::to_string(group) + " or " + std::to_string(C) + " weights",
-         w ? shape_string(w->shape()) : "none");
-    wp = w->dense().f32();
-    per_channel = w->numel() == C && C != group;
-  }
+  const RmsNormShape sh = check_rms_norm_args(out, x, w, kind, group);
+  group = sh.group;
+  const bool per_channel = sh.per_group;
+  const float* wp = kind == NormKind::Unweighted ? nullptr : w->dense().f32();
   const int64_t groups = R * (C / group);
   const float* X = x.f32();
   float* Y = out.f32();

@@ -3,6 +3,7 @@
 // moe/moe_experts.cc, conv1d and GDN in linear_attn/linear_attn_ops.cc, the streamed PLE table in
 // cuda_host_table.cc, the qwen4_exp family ops in family/qwen4_ops.cc.
 #include "backend/cuda/cuda_backend.h"
+#include "backend/op_checks.h"
 
 #include <algorithm>
 #include <cmath>
@@ -181,20 +182,10 @@ void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
 void CudaBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
                            int64_t group) {
   const int64_t C = x.cols(), R = x.rows();
-  if (group <= 0) group = C;
-  need(out.numel() == x.numel(), "rms_norm", x.shape_str(), out.shape_str());
-  need(C % group == 0, "rms_norm", "cols divisible by group " + std::to_string(group), x.shape_str());
-  const float* wp = nullptr;
-  bool per_group = false;
-  if (kind == NormKind::Unweighted) {
-    need(w == nullptr, "rms_norm", "no weight for Unweighted", w ? w->name() : "");
-  } else {
-    need(w && (w->numel() == group || w->numel() == C), "rms_norm",
-         std::to_string(group) + " or " + std::to_string(C) + " weights",
-         w ? shape_string(w->shape()) : "none");
-    wp = param_f32(*w, "rms_norm");
-    per_group = w->numel() == C && C != group;
-  }
+  const RmsNormShape sh = check_rms_norm_args(out, x, w, kind, group);
+  group = sh.group;
+  const bool per_group = sh.per_group;
+  const float* wp = kind == NormKind::Unweighted ? nullptr : param_f32(*w, "rms_norm");
   cuda::rms_norm(out.f32(), x.f32(), wp, eps, static_cast<int>(kind), R * (C / group), group, C / group,
                  per_group, stream_);
 }
@@ -237,17 +228,9 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& 
 
 void CudaBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
                             float scale, const Tensor* allowed) {
-  need(q.ndim() == 3 && k.ndim() == 3 && v.ndim() == 3, "attention", "q, k, v of rank 3",
-       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
+  check_attention_args(out, q, k, v, q0, allowed);
   const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
   const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
-  need(k.dim(2) == d && v.dim(0) == S && v.dim(1) == Hkv && Hkv > 0 && Hq % Hkv == 0, "attention",
-       "k [S, Hkv, d], v [S, Hkv, dv], Hq % Hkv == 0",
-       q.shape_str() + " " + k.shape_str() + " " + v.shape_str());
-  need(out.numel() == T * Hq * dv, "attention", "out [T, Hq, dv]", out.shape_str());
-  need(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
-       std::to_string(q0) + "+" + std::to_string(T));
-  if (allowed) need(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
   // Split-KV partials only pay off for few query rows; prompts never split (no scratch).
   float* part =
       T * Hq < 264

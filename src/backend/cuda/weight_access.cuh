@@ -66,6 +66,29 @@ struct Unit {
   static constexpr int kElems = W == Width::F32 ? 4 : (W == Width::Half ? 8 : 16);
 };
 
+// The element width of a stored format (host side: picks the unit kernel a weight takes).
+inline Width width_of(FormatId f) {
+  switch (f) {
+    case FormatId::F32:
+      return Width::F32;
+    case FormatId::BF16:
+    case FormatId::F16:
+      return Width::Half;
+    case FormatId::NVFP4:
+    case FormatId::W4A16_NVFP4:
+    case FormatId::NVFP4_CT:
+    case FormatId::MXFP4:
+      return Width::Fp4;
+    default:
+      return Width::Fp8;
+  }
+}
+
+// Elements in one unit of a width (Unit<W>::kElems for a width known only at run time).
+inline int unit_elems(Width w) {
+  return w == Width::F32 ? 4 : (w == Width::Half ? 8 : 16);
+}
+
 // Decodes the unit starting at element k0 of row n (k0 a multiple of kElems, rows aligned to the unit's
 // bytes) into v[kElems].
 template <Width W>

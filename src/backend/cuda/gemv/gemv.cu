@@ -88,23 +88,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
-Width width_of(FormatId f) {
-  switch (f) {
-    case FormatId::F32:
-      return Width::F32;
-    case FormatId::BF16:
-    case FormatId::F16:
-      return Width::Half;
-    case FormatId::NVFP4:
-    case FormatId::W4A16_NVFP4:
-    case FormatId::NVFP4_CT:
-    case FormatId::MXFP4:
-      return Width::Fp4;
-    default:
-      return Width::Fp8;
-  }
-}
-
 template <int R>
 void launch_units(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
                   cudaStream_t s) {

@@ -164,27 +164,6 @@ __global__ void combine_k(float* __restrict__ out, const float* __restrict__ y,
   }
 }
 
-Width width_of(FormatId f) {
-  switch (f) {
-    case FormatId::F32:
-      return Width::F32;
-    case FormatId::BF16:
-    case FormatId::F16:
-      return Width::Half;
-    case FormatId::NVFP4:
-    case FormatId::W4A16_NVFP4:
-    case FormatId::NVFP4_CT:
-    case FormatId::MXFP4:
-      return Width::Fp4;
-    default:
-      return Width::Fp8;
-  }
-}
-
-int unit_elems(Width w) {
-  return w == Width::F32 ? 4 : (w == Width::Half ? 8 : 16);
-}
-
 // Lane groups per warp (1, 2 or 4) that keep the most lanes busy over `units` per row; ties to fewer groups
 // (more warps in flight).
 int groups_for(uint64_t units) {
