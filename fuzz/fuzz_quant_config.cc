@@ -37,7 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const int mode = data[0] % 3;
   nlohmann::json j = nlohmann::json::parse(data + 1, data + size, nullptr, false);
   if (j.is_discarded()) return 0;
-  // Module names stay short so that a pathological re: pattern cannot make matching take exponential time.
+  // re: patterns match in linear time (module_regex.h); names stay short only to keep runs fast.
   static const std::vector<bloomery::TensorEntry> tensors = {
       entry("m.q.weight", bloomery::DType::U8, {16, 16}),
       entry("m.q.weight_scale", bloomery::DType::F8_E4M3, {16, 2}),

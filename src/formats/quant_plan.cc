@@ -257,8 +257,8 @@ ModulePattern ModulePattern::make(PatternKind kind, std::string text, std::strin
   p.text = std::move(text);
   if (kind == PatternKind::Regex) {
     try {
-      p.regex = std::make_shared<const std::regex>(p.text, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
+      p.regex = std::make_shared<const ModuleRegex>(ModuleRegex::compile(p.text));
+    } catch (const ModuleRegexError& e) {
       raise("E_CFG_PATTERN_INVALID", {std::string(file), "", std::string(field)}, "a valid re: pattern",
             "'" + p.text + "'", e.what());
     }
@@ -286,14 +286,7 @@ bool ModulePattern::matches(std::string_view module, bool is_linear) const {
       return glob_match(base, module) || glob_match(std::string(base) + ".*", module);
     }
     case PatternKind::Regex: {
-      if (!regex) return false;
-      try {
-        std::string m(module);
-        return std::regex_search(m, *regex, std::regex_constants::match_continuous);
-      } catch (const std::regex_error& e) {
-        raise("E_CFG_PATTERN_INVALID", {"", std::string(module), ""}, "a re: pattern that can be matched",
-              "'" + text + "'", e.what());
-      }
+      return regex && regex->match_prefix(module);
     }
   }
   return false;

@@ -3,7 +3,6 @@
 #pragma once
 
 #include <memory>
-#include <regex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -12,6 +11,7 @@
 
 #include "core/error.h"
 #include "formats/format_table.h"
+#include "formats/module_regex.h"
 
 namespace bloomery {
 
@@ -43,8 +43,7 @@ enum class PatternKind : uint8_t {
 struct ModulePattern {
   PatternKind kind = PatternKind::Exact;
   std::string text;
-  std::shared_ptr<const std::regex>
-      regex;  // compiled Regex text (ECMAScript, which covers the re: patterns seen)
+  std::shared_ptr<const ModuleRegex> regex;  // compiled Regex text (Python re syntax, linear-time matching)
   // Builds a pattern; a Regex that does not compile is E_CFG_PATTERN_INVALID naming `file` and `field`.
   static ModulePattern make(PatternKind kind, std::string text, std::string_view file = {},
                             std::string_view field = {});
