@@ -40,7 +40,11 @@ HttpServer::HttpServer(const ServerOptions& options, int n_slots, int64_t n_ctx_
   http_->new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
   http_->set_read_timeout(opts_.timeout, 0);
   http_->set_write_timeout(opts_.timeout, 0);
-  http_->set_keep_alive_timeout(1);
+  // An idle keep-alive connection is closed after 5 s (cpp-httplib's and llama-server's default). At 1 s a
+  // client that reuses a pooled connection (undici keeps one for timeout minus its own 1–2 s margin) could
+  // send its next request into a socket the server was closing: "other side closed" under load (the soak
+  // test saw it on CI's 2 cores).
+  http_->set_keep_alive_timeout(5);
   routes();
 }
 

@@ -58,13 +58,16 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
         `aborted ${counts.aborted}, processing ${pm && metric(pm.body, 'llamacpp:requests_processing')}, ` +
         `deferred ${pm && metric(pm.body, 'llamacpp:requests_deferred')}`);
     }, 10000);
-    await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-      while (next < TOTAL) {
-        const i = next++;
-        counts[await one(i)]++;
-      }
-    }));
-    clearInterval(progress);
+    try {
+      await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
+        while (next < TOTAL) {
+          const i = next++;
+          counts[await one(i)]++;
+        }
+      }));
+    } finally {
+      clearInterval(progress);  // a failed request must not leave the timer keeping node alive
+    }
     const secs = (Date.now() - t0) / 1000;
     await waitFor(async () => {
       const s = await getJson(`${server.url}/slots`);
@@ -82,6 +85,14 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
     assert.ok(rss1 - rss0 < rss0 * 0.10 + 8192, `RSS grew from ${rss0} to ${rss1} KiB`);
     const h = await getJson(`${server.url}/health`);
     assert.equal(h.status, 200);
+  } catch (e) {
+    // Say what the server said: a crash otherwise shows only as the client's "Connection error".
+    let why = '';
+    for (let c = e.cause; c; c = c.cause) why += ` <- ${c.code ?? ''} ${c.message ?? c}`;
+    console.log(`client error: ${e.message}${why}`);
+    console.log(`server exit: ${JSON.stringify(server.exited())}\nserver output (last 4000 chars):\n` +
+      server.output().slice(-4000));
+    throw e;
   } finally {
     await server.stop();
   }
