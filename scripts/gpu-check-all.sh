@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One device call that checks a commit on the GPU machine: the GPU test suite (correctness; timing tests left
-# out), bloomery-serve on CUDA with a real request, and the full-size numbers (bench/results/run-h200.sh).
+# out), the golden suite again in CUDA graph mode, bloomery-serve on CUDA with a real request, and the
+# full-size numbers (bench/results/run-h200.sh).
 # Build here first: scripts/device-bundle.sh bloomery bloomery-serve test_gpu; then
 #   device run: carry [".devcarry"], command: bash scripts/gpu-check-all.sh
 # Budgets (seconds) via TESTS_TIMEOUT / FULL_TIMEOUT / MAX_SECONDS. Results go to $OUT.
@@ -33,6 +34,12 @@ timeout "${TESTS_TIMEOUT:-170}" $B/bin/test_gpu \
   --gtest_filter='*-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*:*Bench*' > "$out/gpu-tests.txt" 2>&1
 echo "tests rc=$?"
 grep -cE "^\[       OK \]" "$out/gpu-tests.txt"; grep -E "^\[  FAILED  \]|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]" "$out/gpu-tests.txt" | head -30
+
+# 2b. The golden suite again with decode steps captured as CUDA graphs (step_graph.h).
+BLOOMERY_CUDA_GRAPHS=1 timeout "${GRAPH_TESTS_TIMEOUT:-120}" $B/bin/test_gpu --gtest_filter='*GoldenCuda*:*StepGraph*' \
+  > "$out/gpu-tests-graphs.txt" 2>&1
+echo "graph tests rc=$?"
+grep -E "^\[  FAILED  \]|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]" "$out/gpu-tests-graphs.txt" | head -30
 
 # 3. Full-size numbers.
 BUNDLE=$B FIXTURE_TIMEOUT=40 FULL_TIMEOUT=${FULL_TIMEOUT:-280} MAX_SECONDS=${MAX_SECONDS:-120} \

@@ -124,6 +124,15 @@ class Backend : public virtual FamilyOps {
   virtual void copy(Tensor& dst, const Tensor& src) = 0;  // same numel, any shapes
   virtual void fill(Tensor& t, float value) = 0;
 
+  // ---- step graphs ---------------------------------------------------------------------------------------
+  // begin_step(key) … end_step() bracket the ops of one decode step so that a backend may record them once
+  // per step shape `key` and replay the recording (the CUDA backend's graph mode, BLOOMERY_CUDA_GRAPHS=1).
+  // Between the two calls nothing may read device results on the host; the step's results are there once
+  // end_step returns. abort_step() drops a step whose ops threw. Default: nothing (every op runs as called).
+  virtual void begin_step(uint64_t key) {}
+  virtual void end_step() {}
+  virtual void abort_step() noexcept {}
+
   // ---- weights -------------------------------------------------------------------------------------------
   // Loads one logical weight of a checkpoint (validated by the format layer); `shape` is the logical shape
   // the model declared (it must have the record's numel). Throws the format's E_ errors.

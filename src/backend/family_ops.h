@@ -83,7 +83,8 @@ class FamilyOps {
   }
   // allowed[T, S] (S = q0 + T): for query t at position q0+t, 1 on the tokens of the top block_topk complete
   // blocks by Σ_h relu(qi[t,h]·K_b)/sqrt(dh) (stable: lower block wins ties) and on the open tail. qi [T, Hi,
-  // dh] normed and rotated. Returns how many queries had an exact score tie at the cut.
+  // dh] normed and rotated. Returns how many queries had an exact score tie at the cut (0 inside a recorded
+  // graph step, Backend::begin_step, where the backend counts them on the device and reports them itself).
   virtual int64_t qsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& blocks, int64_t q0,
                                    const QsaIndexSpec& spec) {
     unsupported("qsa_index_select");

@@ -1,8 +1,9 @@
 // Engine: owns the sequence states; a prefill runs one sequence's chunk, a decode every listed sequence's
-// token in one batched pass (Model::forward_batch).
+// token in one batched pass (Model::forward_batch, bracketed as a graph step: models/forward_step.h).
 #include "runtime/engine.h"
 
 #include "core/error.h"
+#include "models/forward_step.h"
 
 namespace bloomery {
 
@@ -39,7 +40,7 @@ std::vector<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std:
   std::vector<Model::BatchEntry> batch;
   batch.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) batch.push_back({&state(seqs[i]), ids.subspan(i, 1), false});
-  std::vector<ForwardResult> r = model_.forward_batch(backend_, batch);
+  std::vector<ForwardResult> r = forward_step(model_, backend_, batch);
   std::vector<std::vector<float>> out;
   out.reserve(seqs.size());
   for (size_t i = 0; i < seqs.size(); ++i) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.h"
+#include "models/forward_step.h"
 
 namespace bloomery {
 
@@ -76,7 +77,7 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
   }
   if (batch.empty()) return;
   try {
-    std::vector<ForwardResult> r = model_.forward_batch(backend_, batch);
+    std::vector<ForwardResult> r = forward_step(model_, backend_, batch);
     for (size_t i = 0; i < owners.size(); ++i) take_logits(backend_, r[i], *owners[i]);
     return;
   } catch (const Error& ex) {

@@ -5,6 +5,7 @@
 // (--synthetic family[:config.json], synthetic_model.h). The timed loops live in bench_core.cc.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <string>
@@ -40,6 +41,7 @@ BenchHooks hooks_for(Backend& be) {
   if (auto* cb = dynamic_cast<cuda::CudaBackend*>(&be)) {
     BenchHooks h;
     h.sync = [cb] { cb->synchronize(); };
+    h.set_step_graphs = [cb](bool on) { cb->set_step_graphs(on); };
     h.greedy = [cb](std::span<const Tensor> logits) {
       const cuda::SampleParams greedy;  // temperature 0: argmax, lowest index on ties
       auto last = [](const Tensor& t) { return t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1); };
@@ -139,6 +141,11 @@ int run_bench(int argc, char** argv) {
   app.add_flag("--plan-only", plan_only,
                "with --synthetic: print the stored bytes per format and the decode bytes per step for every "
                "-d/-c pair (stored formats, as the cuda backend reads them) without building anything");
+  std::string graphs_mode;
+  app.add_option("--cuda-graphs", graphs_mode,
+                 "off, on (decode steps captured as CUDA graphs) or ab (every tg row twice, repeat by repeat "
+                 "without and with graphs); default: BLOOMERY_CUDA_GRAPHS")
+      ->check(CLI::IsMember({"off", "on", "ab"}));
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
   CLI11_PARSE(app, argc, argv);
@@ -172,6 +179,9 @@ int run_bench(int argc, char** argv) {
     return 0;
   }
   backend_name = pick_backend(backend_name, folder).name;
+  if (graphs_mode == "off") unsetenv("BLOOMERY_CUDA_GRAPHS");
+  if (graphs_mode == "on" || graphs_mode == "ab") setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);  // read at creation
+  bp.graphs_ab = graphs_mode == "ab";
   std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
   const double bw = copy_bandwidth(backend_name);  // before the weights take the card's memory
   nlohmann::json j;
@@ -234,7 +244,10 @@ int run_bench(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  const BenchHooks hooks = hooks_for(*backend);
+  BenchHooks hooks = hooks_for(*backend);
+  if (bp.graphs_ab && !hooks.set_step_graphs)
+    raise("E_BENCH_ARGS", Where{"", "", "--cuda-graphs"}, "a CUDA backend for ab", backend_name);
+  if (hooks.set_step_graphs && bp.graphs_ab) hooks.set_step_graphs(false);  // pp rows and warm-up eager
   auto to_json = [&](const BenchRow& r) {
     nlohmann::json x{{"test", r.test},
                      {"depth", r.depth},
@@ -270,6 +283,22 @@ int run_bench(int argc, char** argv) {
     }
   };
   const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
+  std::string graphs_line;
+#ifdef BLOOMERY_HAVE_CUDA
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && cb->step_graphs().enabled()) {
+    const cuda::StepGraphStats& g = cb->step_graphs().stats();
+    j["cuda_graphs"] = {{"steps", g.steps},
+                        {"captured", g.captured},
+                        {"instantiated", g.instantiated},
+                        {"updated", g.updated},
+                        {"eager_keys", g.eager_keys}};
+    if (!json_out.empty()) std::ofstream(json_out) << j.dump(2) << "\n";
+    graphs_line = "CUDA graphs (BLOOMERY_CUDA_GRAPHS): " + std::to_string(g.steps) + " decode steps, " +
+                  std::to_string(g.captured) + " captured and replayed (" + std::to_string(g.instantiated) +
+                  " instantiations, " + std::to_string(g.updated) + " updates), " +
+                  std::to_string(g.eager_keys) + " step shapes kept eager\n";
+  }
+#endif
 
   if (json) {
     std::printf("%s\n", j.dump(2).c_str());
@@ -301,6 +330,7 @@ int run_bench(int argc, char** argv) {
       "(pp ms: time to first token of the C prompts; tg ms: one decode step of all C sequences, "
       "greedy sampled; roofline: bytes one step reads / step time against the copy bandwidth; "
       "experts per step estimated as E·(1-(1-k/E)^C))\n");
+  std::printf("%s", graphs_line.c_str());
   return 0;
 }
 

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "models/forward_step.h"
 
 namespace bloomery::tools {
 
@@ -99,7 +100,7 @@ class Runner {
       for (int64_t i = 0; i < row.conc; ++i)
         entries.push_back({pool_[i].get(), std::span<const int32_t>(&ids[i], 1), false});
       logits.clear();
-      for (ForwardResult& r : m_.forward_batch(be_, entries)) logits.push_back(r.logits);
+      for (ForwardResult& r : forward_step(m_, be_, entries)) logits.push_back(r.logits);
       ids = h_.greedy(logits);  // the ids come back to the host: the step is complete on the device
       h_.sync();
       row.ms.push_back(since(t1) * 1e3);
@@ -208,11 +209,22 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         r.tokens = n, r.depth = d, r.conc = c;
         const auto t0 = Clock::now();
         r.skipped = out_of_time();
+        const bool ab = p.graphs_ab && hooks.set_step_graphs;
+        BenchRow g = r;
+        g.test += "+graphs";
         if (!r.skipped) {
-          run.grow_pool(c, d, tg_total);
-          for (int i = 0; i < p.repeats; ++i) run.tg(r);
+          run.grow_pool(c, d, tg_total * (ab ? 2 : 1));
+          for (int i = 0; i < p.repeats; ++i) {
+            if (ab) hooks.set_step_graphs(false);
+            run.tg(r);
+            if (!ab) continue;
+            hooks.set_step_graphs(true);
+            run.tg(g);
+            hooks.set_step_graphs(false);
+          }
         }
         finish(r, t0);
+        if (ab) finish(g, t0);  // A and B repeats interleave on the same sequences, over the same depths
       }
     run.drop_pool();
   }

@@ -25,6 +25,8 @@ struct BenchHooks {
   // Greedy next token from each logits tensor (its last row), one per tensor, in order. On CUDA this runs
   // on the card (CudaBackend::sample) and only the ids come back, as a server's loop would do.
   std::function<std::vector<int32_t>(std::span<const Tensor>)> greedy;
+  // Turns the backend's step graphs on or off between steps (CUDA graph mode); empty when it has none.
+  std::function<void(bool)> set_step_graphs;
 };
 
 // Host argmax over downloaded logits (lowest index on ties): the CPU backend's hooks.
@@ -38,6 +40,9 @@ struct BenchParams {
   double max_seconds = 0;  // > 0: tests that would start after this much time are skipped (reported)
   bool warmup = true;      // a short pp + tg before measuring (first launches, allocator growth)
   uint64_t seed = 1234;    // random prompt ids
+  // tg rows twice, repeat by repeat alternately without and with step graphs (hooks.set_step_graphs): the
+  // second row's test is "tgN+graphs". Graphs are left off afterwards.
+  bool graphs_ab = false;
 };
 
 struct BenchRow {

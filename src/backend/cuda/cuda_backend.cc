@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
@@ -16,7 +17,11 @@ namespace bloomery::cuda {
 
 void* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
-    if (ptr_) BLOOMERY_CUDA_CHECK(cudaFree(ptr_), "scratch free");  // synchronises: no kernel still reads it
+    if (ptr_ && graphs_ && graphs_->in_step()) {
+      graphs_->defer([p = ptr_] { BLOOMERY_CUDA_CHECK(cudaFree(p), "scratch free (after a graph step)"); });
+    } else if (ptr_) {
+      BLOOMERY_CUDA_CHECK(cudaFree(ptr_), "scratch free");  // synchronises: no kernel still reads it
+    }
     ptr_ = nullptr;
     const size_t want = std::max(bytes, bytes_ * 2);
     BLOOMERY_CUDA_CHECK(cudaMalloc(&ptr_, want), "scratch alloc " + std::to_string(want) + " bytes");
@@ -31,9 +36,65 @@ Scratch::~Scratch() {
 
 CudaBackend::CudaBackend(int device) : device_(device) {
   BLOOMERY_CUDA_CHECK(cudaSetDevice(device), "select device " + std::to_string(device));
+  if (graphs_.enabled()) {
+    BLOOMERY_CUDA_CHECK(cudaStreamCreate(&stream_), "create the step stream (graph mode)");
+    for (Scratch& s : scratch_) s.set_graphs(&graphs_);
+  }
+}
+
+CudaBackend::~CudaBackend() {
+  if (graph_ties_) cudaFree(graph_ties_);
+  if (stream_) {
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+}
+
+// ---- graph steps
+// -------------------------------------------------------------------------------------------
+
+void CudaBackend::begin_step(uint64_t key) {
+  if (!graphs_.enabled()) return;
+  if (!graph_ties_) {
+    BLOOMERY_CUDA_CHECK(cudaMalloc(&graph_ties_, sizeof(int)), "step graph tie counter");
+    BLOOMERY_CUDA_CHECK(cudaMemset(graph_ties_, 0, sizeof(int)), "step graph tie counter");
+  }
+  graphs_.begin(stream_, key);
+}
+
+void CudaBackend::set_step_graphs(bool on) {
+  if (on && !stream_)
+    raise("E_CUDA_GRAPH", Where{"", "", "set_step_graphs"}, "a backend created with BLOOMERY_CUDA_GRAPHS=1",
+          "a backend on the legacy default stream, which cannot be captured");
+  graphs_.set_enabled(on);
+}
+
+void CudaBackend::end_step() {
+  graphs_.end(stream_);
+  report_graph_ties();
+}
+
+void CudaBackend::abort_step() noexcept {
+  graphs_.abort(stream_);
+}
+
+void CudaBackend::report_graph_ties() {
+  if (!graph_ties_used_) return;
+  graph_ties_used_ = false;
+  int ties = 0;  // the step has run (end_step waited for it)
+  BLOOMERY_CUDA_CHECK(cudaMemcpy(&ties, graph_ties_, sizeof(int), cudaMemcpyDeviceToHost),
+                      "step graph tie counter");
+  if (graph_ties_seen_ == 0 && ties > 0)
+    std::fprintf(
+        stderr,
+        "bloomery: qwen4_exp QSA indexer top-k decided by an exact score tie (%d queries in CUDA graph "
+        "steps)\n",
+        ties);
+  graph_ties_seen_ = ties;
 }
 
 void CudaBackend::synchronize() {
+  graphs_.not_capturable("synchronize");
   BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
 }
 
@@ -45,6 +106,8 @@ Backend::MemoryInfo CudaBackend::memory_info() const {
 
 void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
   void* d = scratch_[slot].get(bytes + 16);
+  // Inside a step the bytes go through pinned memory that outlives it (a captured copy reads them later).
+  if (bytes && graphs_.in_step()) host = graphs_.arena().put(host, bytes);
   if (bytes)
     BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(d, host, bytes, cudaMemcpyHostToDevice, stream_),
                         "stage " + std::to_string(bytes) + " bytes");
@@ -71,6 +134,7 @@ Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
 }
 
 Tensor CudaBackend::upload(std::span<const float> data, std::vector<int64_t> shape) {
+  graphs_.not_capturable("upload");
   Tensor t = alloc(std::move(shape));
   need(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(), std::to_string(data.size()));
   BLOOMERY_CUDA_CHECK(cudaMemcpy(t.f32(), data.data(), data.size() * 4, cudaMemcpyHostToDevice),
@@ -79,6 +143,7 @@ Tensor CudaBackend::upload(std::span<const float> data, std::vector<int64_t> sha
 }
 
 std::vector<float> CudaBackend::download(const Tensor& t) {
+  graphs_.not_capturable("download");
   std::vector<float> r(static_cast<size_t>(t.numel()));
   if (t.type() == ElemType::I32) {
     std::vector<int32_t> ints(r.size());

@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/step_graph.h"
 #include "formats/decode.h"
 
 namespace bloomery::cuda {
@@ -23,20 +24,24 @@ struct CudaWeight {
 };
 
 // A device buffer that only grows (per-call scratch: ids, positions, expert activations).
+// Inside a graph step the old buffer is freed only after the step ran (captured nodes still point at it).
 class Scratch {
  public:
   void* get(size_t bytes);
   ~Scratch();
+  void set_graphs(StepGraphs* g) { graphs_ = g; }
 
  private:
   void* ptr_ = nullptr;
   size_t bytes_ = 0;
+  StepGraphs* graphs_ = nullptr;
 };
 
 class CudaBackend final : public Backend {
  public:
   // device: CUDA device ordinal. Throws E_CUDA when it cannot be used.
   explicit CudaBackend(int device = 0);
+  ~CudaBackend() override;
 
   std::string_view name() const override { return "cuda"; }
   int threads() const override { return 1; }
@@ -53,6 +58,14 @@ class CudaBackend final : public Backend {
   std::vector<float> download(const Tensor& t) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void fill(Tensor& t, float value) override;
+
+  // Graph mode (step_graph.h): on when BLOOMERY_CUDA_GRAPHS was set at construction.
+  void begin_step(uint64_t key) override;
+  void end_step() override;
+  void abort_step() noexcept override;
+  StepGraphs& step_graphs() { return graphs_; }
+  // Graph mode on or off between steps (bench A/B); on needs a backend built in graph mode (its stream).
+  void set_step_graphs(bool on);
 
   Weight load_weight(const TensorSource& source, const WeightRecord& record, std::vector<int64_t> shape,
                      Warnings& warnings) override;
@@ -121,10 +134,19 @@ class CudaBackend final : public Backend {
   // y = x · W[row0 : row0 + n]ᵀ on raw pointers (GEMV for few rows, tiled GEMM for many).
   void linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n);
 
+  // qwen4_exp's QSA tie count inside captured steps: accumulated on the card, read after the step.
+  void report_graph_ties();
+
   int device_ = 0;
+  StepGraphs graphs_{step_graphs_requested()};
+  // The legacy default stream, or in graph mode a created stream (the legacy one cannot be captured). It
+  // is a blocking stream, so the synchronous copies of upload/download still order with it.
   cudaStream_t stream_ = nullptr;
   DevicePool pool_;  // activation tensors (alloc); weights own their own allocations
   Scratch scratch_[4];
+  int* graph_ties_ = nullptr;  // device counter (graph mode)
+  bool graph_ties_used_ = false;
+  int graph_ties_seen_ = 0;
 };
 
 // The device-side view of a weight this backend made (refuses a weight from another backend).

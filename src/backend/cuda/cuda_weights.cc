@@ -226,6 +226,7 @@ namespace bloomery::cuda {
 std::vector<int32_t> CudaBackend::sample(const Tensor& logits, const SampleParams& p) {
   const int64_t R = logits.rows(), V = logits.cols();
   need(V > 0 && logits.type() == ElemType::F32, "sample", "f32 logits [R, V]", logits.shape_str());
+  graphs_.not_capturable("sample");
   float* scratch = static_cast<float*>(scratch_[2].get(static_cast<size_t>(R * V + R) * 4 + 64));
   auto* d_ids = reinterpret_cast<int32_t*>(scratch + R * V);
   cuda::sample(d_ids, logits.f32(), R, V, p, scratch, stream_);

@@ -7,7 +7,7 @@
 // arithmetic as the CPU decoders (dequant.cu), so a gather equals the CPU backend's gather_rows bit for bit.
 // Backend::prefetch_rows packs the next step's rows in the background so the next gather with those ids only
 // issues the copy. A prefetch is used by the gather whose id list is EXACTLY the same (same rows, same
-// order); any other gather packs its own rows (same result, no time saved). Up to 16 prefetches may be
+// order); any other gather packs its own rows (same result, no time saved). Up to 32 prefetches may be
 // pending per table (one per sequence of a batch); beyond that the oldest is dropped. Staging is pinned
 // memory that grows to the largest gather seen (10 MiB for a 4K-token FP8 prompt) per slot in use.
 //

@@ -19,6 +19,10 @@ class ForwardingBackend : public Backend {
   virtual void on_alloc(const Tensor& t) {}
   virtual void on_gather(const Weight& table, std::span<const int64_t> ids) {}
   virtual void on_prefetch(const Weight& table, std::span<const int64_t> ids) {}
+  virtual void on_begin_step(uint64_t key) {}
+  virtual void on_end_step() {}
+  virtual void on_abort_step() {}
+  virtual void on_host_transfer(const char* what) {}  // upload / download
 
   // ---- Backend ----
   std::string_view name() const override { return in_->name(); }
@@ -30,9 +34,25 @@ class ForwardingBackend : public Backend {
     return t;
   }
   Tensor upload(std::span<const float> data, std::vector<int64_t> shape) override {
+    on_host_transfer("upload");
     return in_->upload(data, std::move(shape));
   }
-  std::vector<float> download(const Tensor& t) override { return in_->download(t); }
+  std::vector<float> download(const Tensor& t) override {
+    on_host_transfer("download");
+    return in_->download(t);
+  }
+  void begin_step(uint64_t key) override {
+    on_begin_step(key);
+    in_->begin_step(key);
+  }
+  void end_step() override {
+    on_end_step();
+    in_->end_step();
+  }
+  void abort_step() noexcept override {
+    on_abort_step();
+    in_->abort_step();
+  }
   void copy(Tensor& dst, const Tensor& src) override { in_->copy(dst, src); }
   void fill(Tensor& t, float value) override { in_->fill(t, value); }
   Weight load_weight(const TensorSource& source, const WeightRecord& record, std::vector<int64_t> shape,

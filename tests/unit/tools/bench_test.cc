@@ -182,6 +182,36 @@ TEST(Synthetic, QadLayoutStoresProjectionsMxfp8) {
   for (const BenchRow& r : rows) EXPECT_TRUE(r.finite) << r.test;
 }
 
+TEST(Synthetic, GraphsAbAlternatesRepeatByRepeat) {
+  auto be = make_cpu_backend(2);
+  auto sm = build_synthetic(synthetic_config("qwen4_exp:" + tiny_config_file()), *be, SyntheticLayout::Nvidia,
+                            {}, 2);
+  BenchParams p;
+  p.ps = {0};
+  p.ns = {2};
+  p.ds = {1};
+  p.cs = {2};
+  p.repeats = 2;
+  p.warmup = false;
+  p.graphs_ab = true;
+  BenchHooks h = host_hooks(*be);
+  std::vector<bool> toggles;
+  h.set_step_graphs = [&](bool on) { toggles.push_back(on); };
+  const auto rows = run_bench_grid(*be, *sm->model, h, p);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].test, "tg2");
+  EXPECT_EQ(rows[1].test, "tg2+graphs");
+  for (const BenchRow& r : rows) {
+    EXPECT_EQ(r.ms.size(), 4u) << r.test;  // 2 repeats × 2 steps each
+    EXPECT_EQ(r.conc, 2);
+    EXPECT_TRUE(r.finite) << r.test;
+  }
+  EXPECT_EQ(toggles, (std::vector<bool>{false, true, false, false, true, false}));
+  // Without a hook (a backend with no step graphs) ab has nothing to alternate: one row per test.
+  p.graphs_ab = true;
+  EXPECT_EQ(run_bench_grid(*be, *sm->model, host_hooks(*be), p).size(), 1u);
+}
+
 TEST(BenchBytes, ExpertsAreTheUnionOverSequences) {
   auto be = make_cpu_backend(1);
   auto sm = build_synthetic(synthetic_config("qwen4_exp:" + tiny_config_file()), *be, SyntheticLayout::Nvidia,

@@ -17,8 +17,10 @@
 namespace bloomery::cuda::host {
 namespace {
 
-constexpr size_t kAlign = 256;    // part boundaries in a packed buffer (f32 grid, cache lines)
-constexpr size_t kMaxSlots = 16;  // staging buffers per table: one per pending prefetch + the gather's own
+constexpr size_t kAlign = 256;  // part boundaries in a packed buffer (f32 grid, cache lines)
+// Staging buffers per table: one per pending prefetch + the gather's own; a captured graph step holds one per
+// sequence until it has run (bench C=16 plus the next step's prefetches).
+constexpr size_t kMaxSlots = 32;
 constexpr size_t kParallelRows = 2048;  // packing splits over threads from this many rows on
 constexpr unsigned kMaxThreads = 8;
 constexpr size_t kAdviseRows = 256;  // the caller's own gathers advise file pages up to this many rows
@@ -244,7 +246,10 @@ void HostTable::ensure_capacity(Slot& s, size_t bytes) {
   if (s.copy_pending) BLOOMERY_CUDA_CHECK(cudaEventSynchronize(s.copied), "host table " + name_ + " staging");
   s.copy_pending = false;
   const size_t want = std::max(bytes, std::max<size_t>(s.capacity * 2, 64 * 1024));
-  if (s.host) BLOOMERY_CUDA_CHECK(cudaFreeHost(s.host), "host table " + name_ + " staging free");
+  if (s.host)
+    release([p = s.host, n = name_] {
+      BLOOMERY_CUDA_CHECK(cudaFreeHost(p), "host table " + n + " staging free");
+    });
   s.host = nullptr;
   s.capacity = 0;
   void* p = nullptr;
@@ -256,8 +261,10 @@ void HostTable::ensure_capacity(Slot& s, size_t bytes) {
 
 void HostTable::ensure_device(size_t bytes) {
   if (dev_capacity_ >= bytes) return;
-  if (dev_)
-    BLOOMERY_CUDA_CHECK(cudaFree(dev_), "host table " + name_ + " device buffer free");  // synchronises
+  if (dev_)  // cudaFree synchronises: nothing still reads it
+    release([p = dev_, n = name_] {
+      BLOOMERY_CUDA_CHECK(cudaFree(p), "host table " + n + " device buffer free");
+    });
   dev_ = nullptr;
   const size_t want = std::max(bytes, dev_capacity_ * 2);
   BLOOMERY_CUDA_CHECK(cudaMalloc(&dev_, want),
@@ -265,10 +272,18 @@ void HostTable::ensure_device(size_t bytes) {
   dev_capacity_ = want;
 }
 
+void HostTable::release(std::function<void()> free_fn) {
+  if (graphs_) {
+    graphs_->defer(std::move(free_fn));  // runs at once outside a step
+  } else {
+    free_fn();
+  }
+}
+
 Slot& HostTable::free_slot(size_t bytes) {
   Slot* pick = nullptr;
   for (auto& s : slots_) {
-    if (s->prefetched) continue;
+    if (s->prefetched || busy(*s)) continue;
     // Prefer a slot whose last copy has finished: packing into it never waits for the card.
     if (s->copy_pending && copy_done(s->copied)) s->copy_pending = false;
     if (!s->copy_pending) {
@@ -286,7 +301,10 @@ Slot& HostTable::free_slot(size_t bytes) {
   }
   if (!pick) {  // every slot holds an unconsumed prefetch: drop the oldest
     for (auto& s : slots_)
-      if (!pick || s->age < pick->age) pick = s.get();
+      if (!busy(*s) && (!pick || s->age < pick->age)) pick = s.get();
+    if (!pick)
+      raise("E_CUDA_GRAPH", Where{"", name_, "gather"}, "a staging slot not in use by the running step",
+            std::to_string(slots_.size()) + " slots all busy");
     try {
       pick->packing.get();
     } catch (...) {  // the rows will be packed again (and the error raised) by the gather that wants them
@@ -313,9 +331,10 @@ void HostTable::prefetch(std::span<const int64_t> ids, int device) {
   });
 }
 
-void HostTable::gather(float* out, std::span<const int64_t> ids, cudaStream_t stream) {
+void HostTable::gather(float* out, std::span<const int64_t> ids, cudaStream_t stream, StepGraphs* graphs) {
   const size_t n = ids.size();
   if (n == 0) return;
+  if (graphs && graphs->enabled()) graphs_ = graphs;
   const Packed lay = packed_layout(n);
   Slot* slot = nullptr;
   for (auto& s : slots_)
@@ -334,8 +353,13 @@ void HostTable::gather(float* out, std::span<const int64_t> ids, cudaStream_t st
   ensure_device(lay.total);
   const std::string what = "host table " + name_ + " gather " + std::to_string(n) + " rows";
   BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(dev_, slot->host, lay.total, cudaMemcpyHostToDevice, stream), what);
-  BLOOMERY_CUDA_CHECK(cudaEventRecord(slot->copied, stream), what);
-  slot->copy_pending = true;
+  if (graphs_ && graphs_->capturing()) {
+    slot->busy_epoch = graphs_->epoch();  // the copy runs with the graph, after the step's host code
+    slot->copy_pending = false;
+  } else {
+    BLOOMERY_CUDA_CHECK(cudaEventRecord(slot->copied, stream), what);
+    slot->copy_pending = true;
+  }
 
   DeviceWeight dw;
   dw.format = bytes_.format;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "backend/cuda/host_table.h"
+#include "backend/cuda/step_graph.h"
 
 namespace bloomery::cuda::host {
 
@@ -34,6 +35,9 @@ struct Slot {
   size_t capacity = 0;
   cudaEvent_t copied = nullptr;  // recorded after the last H2D copy that read `host`
   bool copy_pending = false;     // `copied` was recorded and may not have completed
+  // A captured graph step copies from `host` when it runs (no event can be recorded in a capture): the slot
+  // is busy while this step number is above the last completed one.
+  uint64_t busy_epoch = 0;
   // A prefetch's rows: `ids` is what was packed (or is being packed by `packing`); consumed by a gather.
   bool prefetched = false;
   uint64_t age = 0;  // prefetch order (the oldest unconsumed one is evicted first)
@@ -59,7 +63,9 @@ class HostTable {
   uint64_t cols() const { return bytes_.cols; }
 
   // out (device, ids.size() × cols f32) = decoded rows; ids already range-checked. Queued on `stream`.
-  void gather(float* out, std::span<const int64_t> ids, cudaStream_t stream);
+  // graphs: the backend's step graphs (a gather inside a captured step marks its slot busy instead of
+  // recording an event, and frees what it outgrows only after the step).
+  void gather(float* out, std::span<const int64_t> ids, cudaStream_t stream, StepGraphs* graphs = nullptr);
   // Starts packing these rows on a worker thread (ids range-checked by the caller); device: the CUDA device
   // the backend runs on (the worker waits on its events).
   void prefetch(std::span<const int64_t> ids, int device);
@@ -79,6 +85,9 @@ class HostTable {
                   bool advise) const;
   // A slot with no unconsumed prefetch and room for `bytes` (evicts the oldest prefetch if all are taken).
   Slot& free_slot(size_t bytes);
+  bool busy(const Slot& s) const { return graphs_ && s.busy_epoch > graphs_->completed().load(); }
+  // cudaFree / cudaFreeHost now, or after the running graph step.
+  void release(std::function<void()> free_fn);
   void ensure_capacity(Slot& s, size_t bytes);
   void ensure_device(size_t bytes);
   // Shard of a global row and the row inside it.
@@ -92,7 +101,8 @@ class HostTable {
   std::vector<uint64_t> first_row_;  // per shard: its first global row
   std::vector<std::unique_ptr<Slot>> slots_;
   uint64_t prefetch_age_ = 0;
-  void* dev_ = nullptr;  // packed rows on the card
+  StepGraphs* graphs_ = nullptr;  // set by the first gather in graph mode
+  void* dev_ = nullptr;           // packed rows on the card
   size_t dev_capacity_ = 0;
   HostTableStats stats_;
 };

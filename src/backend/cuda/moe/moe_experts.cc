@@ -118,6 +118,7 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
   }
 
   // ---- the per-expert loop: the routing decides which weights to read, so the ids come to the host ----
+  graphs_.not_capturable("moe_experts per-expert loop");
   std::vector<int32_t> h_ids(static_cast<size_t>(P));
   BLOOMERY_CUDA_CHECK(cudaMemcpy(h_ids.data(), ids.i32(), h_ids.size() * 4, cudaMemcpyDeviceToHost),
                       "moe_experts ids " + ids.shape_str());

@@ -1,0 +1,197 @@
+#include "backend/cuda/step_graph.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+
+#include "backend/cuda/cuda_check.h"
+#include "core/error.h"
+
+namespace bloomery::cuda {
+
+namespace {
+constexpr size_t kArenaAlign = 256;
+constexpr size_t kArenaChunk = 1 << 20;
+}  // namespace
+
+bool step_graphs_requested() {
+  const char* v = std::getenv("BLOOMERY_CUDA_GRAPHS");
+  if (!v) return false;
+  const std::string_view s(v);
+  return s == "1" || s == "on" || s == "true";
+}
+
+// ---- PinnedArena -----------------------------------------------------------------------------------------
+
+PinnedArena::~PinnedArena() {
+  for (Chunk& c : chunks_) cudaFreeHost(c.p);
+}
+
+const void* PinnedArena::put(const void* src, size_t bytes) {
+  const size_t need = (bytes + kArenaAlign - 1) / kArenaAlign * kArenaAlign;
+  while (chunk_ < chunks_.size() && used_ + need > chunks_[chunk_].size) ++chunk_, used_ = 0;
+  if (chunk_ == chunks_.size()) {
+    // A new chunk (the old ones stay: captured copies of this step read them when the graph runs).
+    Chunk c;
+    c.size = std::max(need, kArenaChunk);
+    void* p = nullptr;
+    BLOOMERY_CUDA_CHECK(cudaHostAlloc(&p, c.size, cudaHostAllocPortable),
+                        "step graph pinned arena " + std::to_string(c.size) + " bytes");
+    c.p = static_cast<uint8_t*>(p);
+    chunks_.push_back(c);
+    used_ = 0;
+  }
+  uint8_t* dst = chunks_[chunk_].p + used_;
+  if (bytes) std::memcpy(dst, src, bytes);
+  used_ += need;
+  return dst;
+}
+
+void PinnedArena::reset() {
+  if (chunks_.size() > 1) {  // the step needed more than one chunk: next time one chunk holds it all
+    size_t total = 0;
+    for (Chunk& c : chunks_) {
+      total += c.size;
+      cudaFreeHost(c.p);
+    }
+    chunks_.clear();
+    Chunk c;
+    c.size = total;
+    void* p = nullptr;
+    BLOOMERY_CUDA_CHECK(cudaHostAlloc(&p, c.size, cudaHostAllocPortable),
+                        "step graph pinned arena " + std::to_string(c.size) + " bytes");
+    c.p = static_cast<uint8_t*>(p);
+    chunks_.push_back(c);
+  }
+  chunk_ = 0;
+  used_ = 0;
+}
+
+// ---- StepGraphs ------------------------------------------------------------------------------------------
+
+StepGraphs::~StepGraphs() {
+  for (auto& [key, e] : graphs_)
+    if (e.exec) cudaGraphExecDestroy(e.exec);
+  for (auto& f : deferred_) {
+    try {
+      f();
+    } catch (...) {  // a failed free at exit has nobody to tell
+    }
+  }
+}
+
+void StepGraphs::set_enabled(bool on) {
+  if (in_step_)
+    raise("E_CUDA_GRAPH", Where{"", "", "set_step_graphs"}, "a switch between steps", "inside a step");
+  enabled_ = on;
+}
+
+void StepGraphs::begin(cudaStream_t s, uint64_t key) {
+  if (!enabled_ || in_step_) return;
+  // The previous step and anything queued since have run: their pinned bytes and deferred frees are free.
+  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(s), "step graph: wait before a step");
+  for (auto& f : deferred_) f();
+  deferred_.clear();
+  arena_.reset();
+  current_ = &graphs_[key];
+  unsafe_op_ = nullptr;
+  ++epoch_;
+  in_step_ = true;
+  if (current_->mode == Mode::Capture) {
+    BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
+    capturing_ = true;
+  }
+}
+
+void StepGraphs::end(cudaStream_t s) {
+  if (!in_step_) return;
+  ++stats_.steps;
+  if (capturing_) {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+    if (ended != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      current_->mode = Mode::Eager;  // do not try this key again
+      ++stats_.eager_keys;
+      in_step_ = false;
+      cuda_fail(ended, "cudaStreamEndCapture", "step graph: end capture", __FILE__, __LINE__);
+    }
+    if (current_->exec) {
+      cudaGraphExecUpdateResultInfo info{};
+      if (cudaGraphExecUpdate(current_->exec, graph, &info) == cudaSuccess) {
+        ++stats_.updated;
+      } else {  // another topology (e.g. a different attention split count): build a new executable
+        (void)cudaGetLastError();
+        cudaGraphExecDestroy(current_->exec);
+        current_->exec = nullptr;
+      }
+    }
+    if (!current_->exec) {
+      const cudaError_t built = cudaGraphInstantiate(&current_->exec, graph, 0);
+      cudaGraphDestroy(graph);
+      graph = nullptr;
+      if (built != cudaSuccess) {
+        current_->exec = nullptr;
+        current_->mode = Mode::Eager;
+        ++stats_.eager_keys;
+        in_step_ = false;
+        cuda_fail(built, "cudaGraphInstantiate", "step graph: instantiate", __FILE__, __LINE__);
+      }
+      ++stats_.instantiated;
+    }
+    if (graph) cudaGraphDestroy(graph);
+    BLOOMERY_CUDA_CHECK(cudaGraphLaunch(current_->exec, s), "step graph: launch");
+    ++stats_.captured;
+  } else if (current_->mode == Mode::WarmUp) {
+    current_->mode = unsafe_op_ ? Mode::Eager : Mode::Capture;
+    if (unsafe_op_) ++stats_.eager_keys;
+  }
+  finish(s);
+}
+
+void StepGraphs::abort(cudaStream_t s) noexcept {
+  if (!in_step_) return;
+  if (capturing_) {
+    capturing_ = false;
+    cudaGraph_t graph = nullptr;
+    (void)cudaStreamEndCapture(s, &graph);  // invalidated or not, nothing of it runs
+    if (graph) cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+  }
+  try {
+    finish(s);
+  } catch (...) {  // the step's own error is the one being reported
+    in_step_ = false;
+  }
+}
+
+void StepGraphs::finish(cudaStream_t s) {
+  in_step_ = false;
+  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(s), "step graph: wait for the step");
+  completed_.store(epoch_);
+  for (auto& f : deferred_) f();
+  deferred_.clear();
+}
+
+void StepGraphs::not_capturable(const char* op) {
+  if (!in_step_) return;
+  if (capturing_) {
+    current_->mode = Mode::Eager;  // the next step of this shape runs eagerly
+    ++stats_.eager_keys;
+    raise("E_CUDA_GRAPH", Where{"", "", op}, "ops that can be recorded in a CUDA graph step",
+          std::string(op) + " (it read device data on the host); run without BLOOMERY_CUDA_GRAPHS");
+  }
+  if (!unsafe_op_) unsafe_op_ = op;
+}
+
+void StepGraphs::defer(std::function<void()> free_fn) {
+  if (in_step_) {
+    deferred_.push_back(std::move(free_fn));
+  } else {
+    free_fn();
+  }
+}
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,112 @@
+// CUDA graphs for decode steps (BLOOMERY_CUDA_GRAPHS=1; off by default until measured on the card).
+//
+// A step is the ops between Backend::begin_step(key) and end_step(), key = the step's shape (tokens per
+// sequence). Per key: the first step runs eagerly as a warm-up (it sizes the scratch buffers and the pinned
+// arena, and any op that cannot be recorded names itself through not_capturable(), which keeps that key
+// eager); every later step is captured from the backend's stream (relaxed mode), applied to the key's
+// executable graph with cudaGraphExecUpdate (re-instantiated when the topology changed, e.g. an attention
+// split count that follows the context length), launched, and waited for. Capturing every step keeps every
+// per-step value (positions, context lengths, pointers) exactly what the eager ops would use; the replay
+// removes the per-kernel launch gaps on the card. This is llama.cpp's scheme, not vLLM's static replay.
+//
+// What the ops do differently inside a step (cuda_backend.cc, qwen4_ops.cc, host_table.cc):
+//   * host arrays go up through PinnedArena (a copy from pageable memory cannot be captured, and every copy
+//     node reads its source when the graph runs, after all of the step's host code);
+//   * buffers that grow free their old memory only after the step ran (deferred), since captured nodes
+//     still point at it;
+//   * the QSA indexer's tie count accumulates on the card instead of being read back per call;
+//   * host-table staging slots used by the step are not reused within it (no events recorded in capture).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <unordered_map>
+#include <vector>
+
+namespace bloomery::cuda {
+
+// Pinned host memory for the host → device copies of one step; reused only after the step ran.
+class PinnedArena {
+ public:
+  PinnedArena() = default;
+  PinnedArena(const PinnedArena&) = delete;
+  PinnedArena& operator=(const PinnedArena&) = delete;
+  ~PinnedArena();
+  // Copies `bytes` of `src` into the arena and returns their pinned address.
+  const void* put(const void* src, size_t bytes);
+  // Starts over (the step's copies have run). Several chunks are merged into one for the next step.
+  void reset();
+
+ private:
+  struct Chunk {
+    uint8_t* p = nullptr;
+    size_t size = 0;
+  };
+  std::vector<Chunk> chunks_;
+  size_t chunk_ = 0, used_ = 0;
+};
+
+// Counters for the bench and the tests.
+struct StepGraphStats {
+  uint64_t steps = 0;         // end_step calls in graph mode
+  uint64_t captured = 0;      // steps recorded and replayed
+  uint64_t instantiated = 0;  // executable graphs built (first capture of a key, or a topology change)
+  uint64_t updated = 0;       // captures applied to an existing executable graph
+  uint64_t eager_keys = 0;    // keys kept eager because an op could not be recorded
+};
+
+class StepGraphs {
+ public:
+  explicit StepGraphs(bool enabled) : enabled_(enabled) {}
+  StepGraphs(const StepGraphs&) = delete;
+  StepGraphs& operator=(const StepGraphs&) = delete;
+  ~StepGraphs();
+
+  bool enabled() const { return enabled_; }
+  // Switches graph mode between steps (the backend must own a capturable stream: CudaBackend checks).
+  void set_enabled(bool on);
+  bool in_step() const { return in_step_; }
+  bool capturing() const { return capturing_; }
+  // The current step's number (host-table slots it uses carry it) and the last step known to have run.
+  uint64_t epoch() const { return epoch_; }
+  const std::atomic<uint64_t>& completed() const { return completed_; }
+
+  void begin(cudaStream_t s, uint64_t key);
+  void end(cudaStream_t s);
+  void abort(cudaStream_t s) noexcept;
+
+  // An op that reads device data on the host (or otherwise cannot be recorded) calls this inside a step:
+  // while warming a key up it marks the key eager; while capturing it throws E_CUDA_GRAPH naming `op`.
+  void not_capturable(const char* op);
+  // Runs `free_fn` once the current step has run (at once outside a step).
+  void defer(std::function<void()> free_fn);
+  PinnedArena& arena() { return arena_; }
+  const StepGraphStats& stats() const { return stats_; }
+
+ private:
+  enum class Mode : uint8_t { WarmUp, Capture, Eager };
+  struct Entry {
+    Mode mode = Mode::WarmUp;
+    cudaGraphExec_t exec = nullptr;
+  };
+  void finish(cudaStream_t s);  // waits for the step, runs the deferred frees, leaves the step
+
+  bool enabled_ = false;
+  bool in_step_ = false, capturing_ = false;
+  const char* unsafe_op_ = nullptr;
+  uint64_t epoch_ = 0;
+  std::atomic<uint64_t> completed_{0};
+  Entry* current_ = nullptr;
+  std::unordered_map<uint64_t, Entry> graphs_;
+  std::vector<std::function<void()>> deferred_;
+  PinnedArena arena_;
+  StepGraphStats stats_;
+};
+
+// Whether BLOOMERY_CUDA_GRAPHS asks for graph mode ("1", "on", "true").
+bool step_graphs_requested();
+
+}  // namespace bloomery::cuda

@@ -1,0 +1,130 @@
+// Graph steps as the engine brackets them (models/forward_step.h): every batched decode step of every family
+// is one begin_step … end_step with a key that follows the step's shape, nothing inside the bracket reads
+// device data on the host (the CUDA backend records the step as a graph and would refuse such a read), a
+// prompt chunk is not bracketed, and a step whose forward throws is aborted, not ended.
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "forwarding_backend.h"
+#include "models/forward_step.h"
+#include "models/model_loader.h"
+#include "runtime/engine.h"
+
+namespace bloomery {
+namespace {
+
+namespace fs = std::filesystem;
+
+const fs::path kModels = fs::path(BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
+
+std::vector<std::string> folders() {
+  std::vector<std::string> r;
+  if (fs::is_directory(kModels))
+    for (const auto& e : fs::directory_iterator(kModels))
+      if (e.is_directory()) r.push_back(e.path().filename().string());
+  std::sort(r.begin(), r.end());
+  if (r.empty()) r.push_back("none");
+  return r;
+}
+
+class Bracketing : public test::ForwardingBackend {
+ public:
+  Bracketing() : ForwardingBackend(make_cpu_backend(2)) {}
+  void on_begin_step(uint64_t key) override {
+    EXPECT_FALSE(open) << "begin_step inside a step";
+    open = true;
+    keys.push_back(key);
+  }
+  void on_end_step() override {
+    EXPECT_TRUE(open) << "end_step outside a step";
+    open = false;
+    ++ended;
+  }
+  void on_abort_step() override {
+    open = false;
+    ++aborted;
+  }
+  void on_host_transfer(const char* what) override {
+    if (open) reads_inside.push_back(what);
+  }
+  bool open = false;
+  std::vector<uint64_t> keys;
+  int ended = 0, aborted = 0;
+  std::vector<std::string> reads_inside;
+};
+
+class StepBracket : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(StepBracket, DecodeStepsAreBracketedAndReadNothingBack) {
+  if (GetParam() == "none") GTEST_SKIP() << "no fixture folders";
+  Bracketing be;
+  auto lm = load_model(kModels / GetParam(), be);
+  Engine e(be, *lm->model);
+  SeqId a = e.add_sequence(128), b = e.add_sequence(128);
+  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};  // 11 tokens: not a graph step
+  e.prefill(a, prompt);
+  e.prefill(b, std::span(prompt).first(4));
+  EXPECT_TRUE(be.keys.empty()) << "a prompt chunk was bracketed";
+  for (int s = 0; s < 3; ++s) {
+    SeqId seqs[] = {a, b};
+    int32_t toks[] = {7, 8};
+    e.decode(seqs, toks);
+  }
+  SeqId one[] = {a};
+  int32_t tok[] = {2};
+  e.decode(one, tok);
+  ASSERT_EQ(be.keys.size(), 4u);
+  EXPECT_EQ(be.ended, 4);
+  EXPECT_EQ(be.aborted, 0);
+  EXPECT_EQ(be.keys[0], be.keys[1]) << "same shape, same key";
+  EXPECT_EQ(be.keys[1], be.keys[2]);
+  EXPECT_NE(be.keys[2], be.keys[3]) << "two sequences and one sequence share a key";
+  EXPECT_TRUE(be.reads_inside.empty())
+      << GetParam() << ": a decode step read device data on the host (" << be.reads_inside.front() << ")";
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StepBracket, ::testing::ValuesIn(folders()),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                           std::string n = i.param;
+                           std::replace_if(
+                               n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');
+                           return n;
+                         });
+
+TEST(StepBracket, KeysFollowTheShapeAndPromptChunksAreNotSteps) {
+  std::vector<int32_t> ids(12, 1);
+  std::vector<Model::BatchEntry> two = {{nullptr, std::span(ids).first(1), false},
+                                        {nullptr, std::span(ids).first(1), false}};
+  std::vector<Model::BatchEntry> verify = {{nullptr, std::span(ids).first(4), true}};
+  std::vector<Model::BatchEntry> verify_last = {{nullptr, std::span(ids).first(4), false}};
+  std::vector<Model::BatchEntry> prompt = {{nullptr, std::span(ids).first(kStepGraphMaxTokens + 1), false}};
+  EXPECT_NE(step_graph_key(two), 0u);
+  EXPECT_NE(step_graph_key(verify), 0u);
+  EXPECT_NE(step_graph_key(verify), step_graph_key(verify_last)) << "all_logits changes the step";
+  EXPECT_NE(step_graph_key(two), step_graph_key(verify));
+  EXPECT_EQ(step_graph_key(prompt), 0u);
+  EXPECT_EQ(step_graph_key({}), 0u);
+}
+
+TEST(StepBracket, AStepThatThrowsIsAborted) {
+  const fs::path dir = kModels / "qwen3_next-bf16";
+  if (!fs::is_directory(dir)) GTEST_SKIP() << "no fixture " << dir;
+  Bracketing be;
+  auto lm = load_model(dir, be);
+  auto st = lm->model->new_state(be, 16);
+  const int32_t bad[] = {static_cast<int32_t>(lm->model->info().vocab_size)};  // out of range
+  std::vector<Model::BatchEntry> entries = {{st.get(), std::span<const int32_t>(bad), false}};
+  EXPECT_THROW(forward_step(*lm->model, be, entries), Error);
+  EXPECT_EQ(be.keys.size(), 1u);
+  EXPECT_EQ(be.aborted, 1);
+  EXPECT_EQ(be.ended, 0);
+  EXPECT_FALSE(be.open);
+}
+
+}  // namespace
+}  // namespace bloomery
