@@ -4,9 +4,13 @@
 #pragma once
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace bloomery::testing_fixtures {
 
@@ -24,6 +28,23 @@ inline std::vector<std::filesystem::path> fixture_folders() {
       out.push_back(e.path());
   std::sort(out.begin(), out.end());
   return out;
+}
+
+// The folder names, for parameterised tests; {"none"} when there are none (the test then skips by name).
+inline std::vector<std::string> fixture_names() {
+  std::vector<std::string> out;
+  if (std::filesystem::is_directory(models_root()))
+    for (const auto& p : fixture_folders()) out.push_back(p.filename().string());
+  if (out.empty()) out.push_back("none");
+  return out;
+}
+
+// gtest parameter names from folder names ("qwen4_exp-bf16" -> "qwen4_exp_bf16").
+inline std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
+  std::string n = info.param;
+  for (char& c : n)
+    if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+  return n;
 }
 
 }  // namespace bloomery::testing_fixtures

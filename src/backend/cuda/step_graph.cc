@@ -24,6 +24,16 @@ bool step_graphs_requested() {
 
 // ---- PinnedArena -----------------------------------------------------------------------------------------
 
+PinnedArena::Chunk PinnedArena::allocate(size_t size) {
+  Chunk c;
+  c.size = size;
+  void* p = nullptr;
+  BLOOMERY_CUDA_CHECK(cudaHostAlloc(&p, c.size, cudaHostAllocPortable),
+                      "step graph pinned arena " + std::to_string(c.size) + " bytes");
+  c.p = static_cast<uint8_t*>(p);
+  return c;
+}
+
 PinnedArena::~PinnedArena() {
   for (Chunk& c : chunks_) cudaFreeHost(c.p);
 }
@@ -33,13 +43,7 @@ const void* PinnedArena::put(const void* src, size_t bytes) {
   while (chunk_ < chunks_.size() && used_ + need > chunks_[chunk_].size) ++chunk_, used_ = 0;
   if (chunk_ == chunks_.size()) {
     // A new chunk (the old ones stay: captured copies of this step read them when the graph runs).
-    Chunk c;
-    c.size = std::max(need, kArenaChunk);
-    void* p = nullptr;
-    BLOOMERY_CUDA_CHECK(cudaHostAlloc(&p, c.size, cudaHostAllocPortable),
-                        "step graph pinned arena " + std::to_string(c.size) + " bytes");
-    c.p = static_cast<uint8_t*>(p);
-    chunks_.push_back(c);
+    chunks_.push_back(allocate(std::max(need, kArenaChunk)));
     used_ = 0;
   }
   uint8_t* dst = chunks_[chunk_].p + used_;
@@ -53,16 +57,10 @@ void PinnedArena::reset() {
     size_t total = 0;
     for (Chunk& c : chunks_) {
       total += c.size;
-      cudaFreeHost(c.p);
+      BLOOMERY_CUDA_CHECK(cudaFreeHost(c.p), "step graph pinned arena free");
     }
     chunks_.clear();
-    Chunk c;
-    c.size = total;
-    void* p = nullptr;
-    BLOOMERY_CUDA_CHECK(cudaHostAlloc(&p, c.size, cudaHostAllocPortable),
-                        "step graph pinned arena " + std::to_string(c.size) + " bytes");
-    c.p = static_cast<uint8_t*>(p);
-    chunks_.push_back(c);
+    chunks_.push_back(allocate(total));
   }
   chunk_ = 0;
   used_ = 0;

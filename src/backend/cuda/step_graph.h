@@ -45,6 +45,7 @@ class PinnedArena {
     uint8_t* p = nullptr;
     size_t size = 0;
   };
+  static Chunk allocate(size_t size);  // cudaHostAlloc, checked
   std::vector<Chunk> chunks_;
   size_t chunk_ = 0, used_ = 0;
 };

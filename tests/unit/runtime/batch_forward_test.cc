@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../../common/fixture_folders.h"
 #include "backend/cpu/cpu_backend.h"
 #include "models/model_loader.h"
 #include "runtime/engine.h"
@@ -21,18 +22,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kModels = fs::path(BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
+const fs::path kModels = testing_fixtures::models_root();
 constexpr float kTol = 1e-5f;
-
-std::vector<std::string> folders() {
-  std::vector<std::string> r;
-  if (fs::is_directory(kModels))
-    for (const auto& e : fs::directory_iterator(kModels))
-      if (e.is_directory()) r.push_back(e.path().filename().string());
-  std::sort(r.begin(), r.end());
-  if (r.empty()) r.push_back("none");
-  return r;
-}
 
 float rel_err(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return INFINITY;
@@ -184,13 +175,8 @@ TEST_P(BatchForward, EngineDecodeOfSeveralSequencesEqualsOneByOne) {
   EXPECT_LE(rel_err(be().download(batched.last_hidden(bb)), be().download(single.last_hidden(sb))), kTol);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, BatchForward, ::testing::ValuesIn(folders()),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           std::replace_if(
-                               n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, BatchForward, ::testing::ValuesIn(testing_fixtures::fixture_names()),
+                         testing_fixtures::param_name);
 
 }  // namespace
 }  // namespace bloomery

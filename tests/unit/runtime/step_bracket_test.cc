@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../../common/fixture_folders.h"
 #include "backend/cpu/cpu_backend.h"
 #include "forwarding_backend.h"
 #include "models/forward_step.h"
@@ -20,17 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-const fs::path kModels = fs::path(BLOOMERY_SOURCE_DIR) / "tests/fixtures/models";
-
-std::vector<std::string> folders() {
-  std::vector<std::string> r;
-  if (fs::is_directory(kModels))
-    for (const auto& e : fs::directory_iterator(kModels))
-      if (e.is_directory()) r.push_back(e.path().filename().string());
-  std::sort(r.begin(), r.end());
-  if (r.empty()) r.push_back("none");
-  return r;
-}
+const fs::path kModels = testing_fixtures::models_root();
 
 class Bracketing : public test::ForwardingBackend {
  public:
@@ -88,13 +79,8 @@ TEST_P(StepBracket, DecodeStepsAreBracketedAndReadNothingBack) {
       << GetParam() << ": a decode step read device data on the host (" << be.reads_inside.front() << ")";
 }
 
-INSTANTIATE_TEST_SUITE_P(Fixtures, StepBracket, ::testing::ValuesIn(folders()),
-                         [](const ::testing::TestParamInfo<std::string>& i) {
-                           std::string n = i.param;
-                           std::replace_if(
-                               n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fixtures, StepBracket, ::testing::ValuesIn(testing_fixtures::fixture_names()),
+                         testing_fixtures::param_name);
 
 TEST(StepBracket, KeysFollowTheShapeAndPromptChunksAreNotSteps) {
   std::vector<int32_t> ids(12, 1);
