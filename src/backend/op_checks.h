@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <string>
 
 #include "backend/backend.h"
@@ -19,6 +20,17 @@ inline void check_matmul_args(const Tensor& out, const Tensor& x, const Weight& 
   need(out.numel() == T * n, "matmul",
        "out of [" + std::to_string(T) + ", " + std::to_string(n) + "] elements for " + w.name(),
        out.shape_str());
+}
+
+// gather_rows: out [ids, table cols]; every id a row of the table (E_TOKEN_RANGE names the table).
+inline void check_gather_rows_args(const Tensor& out, const Weight& table, std::span<const int64_t> ids) {
+  const int64_t D = table.cols();
+  need(out.rows() == static_cast<int64_t>(ids.size()) && out.cols() == D, "gather_rows",
+       "[" + std::to_string(ids.size()) + ", " + std::to_string(D) + "]", out.shape_str());
+  for (int64_t id : ids)
+    if (id < 0 || id >= table.rows())
+      raise("E_TOKEN_RANGE", Where{"", table.name(), "row"}, "a row below " + std::to_string(table.rows()),
+            std::to_string(id));
 }
 
 // causal_conv1d: w [C, 1, K], state [C, (K−1)·dilation], a separate out [T, C].

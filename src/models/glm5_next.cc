@@ -195,7 +195,7 @@ struct GlmState : SequenceState {
 
 // ---------------------------------------------------------------------------------------------- model
 
-class Glm5Next final : public Model {
+class Glm5Next final : public BatchedModel {
  public:
   explicit Glm5Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
     info_.family = "glm5_next";
@@ -295,12 +295,6 @@ class Glm5Next final : public Model {
     // Before bind the NextN layer counts as present (it is declared; the checkpoint may not ship it).
     if (nextn_.present || !bound_) elems += dsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
-  }
-
-  ForwardResult forward(Backend& be, SequenceState& state, std::span<const int32_t> ids,
-                        bool all_logits) override {
-    const BatchEntry one{&state, ids, all_logits};
-    return std::move(forward_batch(be, std::span(&one, 1))[0]);
   }
 
   // Token-wise work (mHC pre/post, norms, projections, routers, experts, the head) runs over the rows of all

@@ -131,4 +131,17 @@ class Model {
   }
 };
 
+// A family whose forward() is its batched pass over one entry, so that one code path serves both (all three
+// families here). It implements forward_batch.
+class BatchedModel : public Model {
+ public:
+  ForwardResult forward(Backend& backend, SequenceState& state, std::span<const int32_t> ids,
+                        bool all_logits) final {
+    const BatchEntry one{&state, ids, all_logits};
+    return std::move(forward_batch(backend, std::span(&one, 1))[0]);
+  }
+  std::vector<ForwardResult> forward_batch(Backend& backend,
+                                           std::span<const BatchEntry> entries) override = 0;
+};
+
 }  // namespace bloomery

@@ -63,7 +63,7 @@ class Qwen3NextState : public SequenceState {
   Tensor draft_k, draft_v;        // the MTP layer's own cache
 };
 
-class Qwen3Next final : public Model {
+class Qwen3Next final : public BatchedModel {
  public:
   explicit Qwen3Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
     info_.family = "qwen3_next";
@@ -145,12 +145,6 @@ class Qwen3Next final : public Model {
     // it).
     if (info_.has_draft || (!bound_ && c_.mtp_layers > 0)) elems += 2 * capacity * c_.Hkv * c_.hd;
     return static_cast<uint64_t>(elems) * sizeof(float);
-  }
-
-  ForwardResult forward(Backend& be, SequenceState& state, std::span<const int32_t> ids,
-                        bool all_logits) override {
-    const BatchEntry one{&state, ids, all_logits};
-    return std::move(forward_batch(be, std::span(&one, 1))[0]);
   }
 
   // Every token-wise op runs over the rows of all entries at once ([ΣT, D]); the token mixers run per entry

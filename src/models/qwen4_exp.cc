@@ -127,7 +127,7 @@ struct Qwen4State : SequenceState {
 
 // ---------------------------------------------------------------------------------------------- model
 
-class Qwen4Exp final : public Model {
+class Qwen4Exp final : public BatchedModel {
  public:
   explicit Qwen4Exp(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
     info_.family = "qwen4_exp";
@@ -259,12 +259,6 @@ class Qwen4Exp final : public Model {
       cpu::PleContext ctx = st.ple_ctx[l];
       be.prefetch_rows(*layers_[l].ple.table, ple_rows(layers_[l].ple, ctx, tok));
     }
-  }
-
-  ForwardResult forward(Backend& be, SequenceState& state, std::span<const int32_t> ids,
-                        bool all_logits) override {
-    const BatchEntry one{&state, ids, all_logits};
-    return std::move(forward_batch(be, std::span(&one, 1))[0]);
   }
 
   // Token-wise work (hyper-connections, projections, norms, PLE gathers and gates, MoE, the final mix and the

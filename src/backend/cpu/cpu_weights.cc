@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_backend.h"
+#include "backend/op_checks.h"
 #include "formats/tensor_source.h"
 #include "formats/weight_decode.h"
 #include "formats/weight_record.h"
@@ -46,13 +47,8 @@ Weight CpuBackend::stream_weight(const TensorSource& source, const WeightRecord&
 }
 
 void CpuBackend::gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) {
+  check_gather_rows_args(out, table, ids);
   const int64_t D = table.cols();
-  need(out.rows() == static_cast<int64_t>(ids.size()) && out.cols() == D, "gather_rows",
-       "[" + std::to_string(ids.size()) + ", " + std::to_string(D) + "]", out.shape_str());
-  for (int64_t id : ids)
-    if (id < 0 || id >= table.rows())
-      raise("E_TOKEN_RANGE", Where{"", table.name(), "row"}, "a row below " + std::to_string(table.rows()),
-            std::to_string(id));
   if (!table.streamed()) {
     const float* src = table.dense().f32();
     for (size_t i = 0; i < ids.size(); ++i)

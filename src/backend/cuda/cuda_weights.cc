@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/loader/parallel_loader.h"
 #include "backend/cuda/loader/weight_build.h"
+#include "backend/op_checks.h"
 #include "formats/tensor_source.h"
 #include "formats/weight_decode.h"
 #include "formats/weight_record.h"
@@ -201,13 +202,8 @@ Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> 
 }
 
 void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) {
+  check_gather_rows_args(out, table, ids);
   const int64_t D = table.cols();
-  need(out.rows() == static_cast<int64_t>(ids.size()) && out.cols() == D, "gather_rows",
-       "[" + std::to_string(ids.size()) + ", " + std::to_string(D) + "]", out.shape_str());
-  for (int64_t id : ids)
-    if (id < 0 || id >= table.rows())
-      raise("E_TOKEN_RANGE", Where{"", table.name(), "row"}, "a row below " + std::to_string(table.rows()),
-            std::to_string(id));
   if (!table.streamed()) {
     const DeviceWeight& dw = device_weight(table, "gather_rows");
     need(static_cast<int64_t>(dw.cols) == D, "gather_rows", "a table whose rows are its stored rows",
