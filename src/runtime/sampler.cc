@@ -1,5 +1,5 @@
-// Sampler: filters are applied in the llama.cpp order top-k → top-p → min-p on the temperature-scaled
-// softmax.
+// Sampler: filters in the llama.cpp order top-k → top-p → min-p on the temperature-1 softmax, then the
+// temperature on the survivors.
 #include "runtime/sampler.h"
 
 #include <algorithm>
@@ -17,47 +17,56 @@ int32_t argmax(std::span<const float> logits) {
 
 Sampler::Sampler(SamplerConfig config) : config_(config), rng_(config.seed) {}
 
-int32_t Sampler::sample(std::span<const float> logits) {
-  if (config_.temperature <= 0.0f || config_.top_k == 1) return argmax(logits);
+int32_t sample_filtered(std::span<const float> logits, const SamplerConfig& c, std::mt19937_64& rng,
+                        SampleScratch& scratch) {
+  if (c.temperature <= 0.0f || c.top_k == 1) return argmax(logits);
+  std::vector<int32_t>& order = scratch.order;
+  std::vector<double>& probs = scratch.probs;
   const size_t V = logits.size();
-  order_.resize(V);
-  std::iota(order_.begin(), order_.end(), 0);
+  order.resize(V);
+  std::iota(order.begin(), order.end(), 0);
+  size_t keep = c.top_k > 0 ? std::min<size_t>(V, static_cast<size_t>(c.top_k)) : V;
   // Descending by logit, lower id first on ties, so the candidate order never depends on the sort's whims.
-  std::stable_sort(order_.begin(), order_.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
-  size_t keep = V;
-  if (config_.top_k > 0) keep = std::min<size_t>(keep, config_.top_k);
-  probs_.resize(keep);
-  const float mx = logits[order_[0]];
+  auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  if (keep < V) {
+    std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(), before);
+  } else {
+    std::sort(order.begin(), order.end(), before);
+  }
+  // The cuts see the temperature-1 distribution of the top-k candidates.
+  probs.resize(keep);
+  const double top = logits[order[0]];
   double sum = 0.0;
-  for (size_t i = 0; i < keep; ++i)
-    sum += (probs_[i] = std::exp((logits[order_[i]] - mx) / config_.temperature));
-  for (size_t i = 0; i < keep; ++i) probs_[i] = static_cast<float>(probs_[i] / sum);
-  if (config_.top_p < 1.0f) {
+  for (size_t i = 0; i < keep; ++i) sum += probs[i] = std::exp(static_cast<double>(logits[order[i]]) - top);
+  for (size_t i = 0; i < keep; ++i) probs[i] /= sum;
+  if (c.top_p < 1.0f) {
     double cum = 0.0;
     size_t n = 0;
     while (n < keep) {
-      cum += probs_[n++];
-      if (cum >= config_.top_p) break;
+      cum += probs[n++];
+      if (cum >= c.top_p) break;
     }
     keep = std::max<size_t>(1, n);
   }
-  if (config_.min_p > 0.0f) {
-    const float floor = config_.min_p * probs_[0];
+  if (c.min_p > 0.0f) {
+    const double floor = c.min_p * probs[0];
     size_t n = 1;
-    while (n < keep && probs_[n] >= floor) ++n;
+    while (n < keep && probs[n] >= floor) ++n;
     keep = n;
   }
+  // Temperature last, on the survivors.
   double total = 0.0;
-  for (size_t i = 0; i < keep; ++i) total += probs_[i];
-  // A uniform draw from the raw 64-bit stream (not std::uniform_real_distribution, whose algorithm differs
-  // between standard libraries), so a seed gives the same tokens everywhere.
-  const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+  for (size_t i = 0; i < keep; ++i)
+    total += probs[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / c.temperature);
+  const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * total;
   double cum = 0.0;
   for (size_t i = 0; i < keep; ++i) {
-    cum += probs_[i];
-    if (u < cum) return order_[i];
+    cum += probs[i];
+    if (u < cum) return order[i];
   }
-  return order_[keep - 1];
+  return order[keep - 1];
 }
 
 }  // namespace bloomery

@@ -5,6 +5,8 @@
 #include <numeric>
 #include <unordered_map>
 
+#include "runtime/sampler.h"
+
 namespace bloomery::server {
 
 SampledToken sample_token(std::span<const float> logits, const SamplingParams& p,
@@ -33,41 +35,12 @@ SampledToken sample_token(std::span<const float> logits, const SamplingParams& p
     }
   }
 
-  std::vector<int32_t> idx(v);
-  std::iota(idx.begin(), idx.end(), 0);
-  if (p.temperature <= 0.0) {
-    // Greedy: the lowest id among equal maxima, as the goldens define it.
-    out.id = static_cast<int32_t>(std::max_element(l.begin(), l.end()) - l.begin());
-  } else {
-    std::sort(idx.begin(), idx.end(),
-              [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
-    size_t keep = idx.size();
-    if (p.top_k > 0) keep = std::min<size_t>(keep, p.top_k);
-    // Truncation sees the temperature-1 distribution; the temperature applies last (llama-server's order:
-    // penalties, top_k, top_p, min_p, temperature).
-    std::vector<double> prob(keep);
-    const double top = l[idx[0]];
-    double sum = 0.0;
-    for (size_t i = 0; i < keep; ++i) sum += prob[i] = std::exp(l[idx[i]] - top);
-    for (auto& x : prob) x /= sum;
-    if (p.top_p < 1.0) {
-      double acc = 0.0;
-      size_t k = 0;
-      while (k < keep) {
-        acc += prob[k++];
-        if (acc >= p.top_p) break;
-      }
-      keep = std::max<size_t>(k, 1);
-    }
-    if (p.min_p > 0.0) {
-      size_t k = 1;
-      while (k < keep && prob[k] >= p.min_p * prob[0]) ++k;
-      keep = k;
-    }
-    for (size_t i = 0; i < keep; ++i) prob[i] = std::exp((l[idx[i]] - top) / p.temperature);
-    std::discrete_distribution<size_t> pick(prob.begin(), prob.begin() + static_cast<std::ptrdiff_t>(keep));
-    out.id = idx[pick(rng)];
-  }
+  // Truncation sees the temperature-1 distribution; the temperature applies last (llama-server's order:
+  // penalties, top_k, top_p, min_p, temperature). Greedy takes the lowest id among equal maxima.
+  const SamplerConfig cut{static_cast<float>(p.temperature), p.top_k, static_cast<float>(p.top_p),
+                          static_cast<float>(p.min_p), 0};
+  thread_local SampleScratch scratch;
+  out.id = sample_filtered(l, cut, rng, scratch);
   out.logprob = static_cast<float>(logits[out.id] - log_z);
 
   if (p.n_probs > 0) {

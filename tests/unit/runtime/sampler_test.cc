@@ -2,6 +2,7 @@
 #include "runtime/sampler.h"
 
 #include <cmath>
+#include <map>
 #include <set>
 #include <vector>
 
@@ -56,6 +57,18 @@ TEST(Sampler, TopPAndMinPCut) {
     for (int i = 0; i < 500; ++i) seen.insert(s.sample(l));
     EXPECT_EQ(seen, (std::set<int32_t>{1, 2}));
   }
+}
+
+TEST(Sampler, TemperatureAppliesAfterTheCuts) {
+  // llama-server's order. At temperature 1 the probabilities are 0.6, 0.3, 0.1: top-p 0.85 keeps tokens 0 and
+  // 1. Scaling first (temperature 2: 0.47, 0.33, 0.19) would keep token 2 as well.
+  std::vector<float> l = {std::log(0.6f), std::log(0.3f), std::log(0.1f)};
+  Sampler s(SamplerConfig{2.0f, 0, 0.85f, 0.0f, 9});
+  std::map<int32_t, int> seen;
+  for (int i = 0; i < 4000; ++i) seen[s.sample(l)]++;
+  EXPECT_EQ(seen.count(2), 0u);
+  // Among the survivors the temperature flattens the draw: 0.6 : 0.3 at T = 2 is √2 : 1, about 0.586.
+  EXPECT_NEAR(seen[0] / 4000.0, std::sqrt(2.0) / (1.0 + std::sqrt(2.0)), 0.03);
 }
 
 TEST(Sampler, FrequenciesFollowTheDistribution) {
