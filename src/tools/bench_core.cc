@@ -188,15 +188,20 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     rows.push_back(r);
     if (on_row) on_row(rows.back());
   };
+  // A row about to run; skipped when the time budget is spent.
+  auto start_row = [&](const char* kind, int64_t tokens, int64_t d, int64_t c) {
+    BenchRow r;
+    r.test = kind + std::to_string(tokens);
+    r.tokens = tokens, r.depth = d, r.conc = c;
+    r.skipped = out_of_time();
+    return r;
+  };
   for (int64_t d : p.pp_ds.empty() ? p.ds : p.pp_ds)
     for (int64_t c : p.pp_cs.empty() ? p.cs : p.pp_cs)
       for (int64_t pn : p.ps) {
         if (pn == 0) continue;
-        BenchRow r;
-        r.test = "pp" + std::to_string(pn);
-        r.tokens = pn, r.depth = d, r.conc = c;
         const auto t0 = Clock::now();
-        r.skipped = out_of_time();
+        BenchRow r = start_row("pp", pn, d, c);
         for (int i = 0; i < p.repeats && !r.skipped; ++i) run.pp(r);
         finish(r, t0);
       }
@@ -204,11 +209,8 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     for (int64_t c : cs)
       for (int64_t n : p.ns) {
         if (n == 0) continue;
-        BenchRow r;
-        r.test = "tg" + std::to_string(n);
-        r.tokens = n, r.depth = d, r.conc = c;
         const auto t0 = Clock::now();
-        r.skipped = out_of_time();
+        BenchRow r = start_row("tg", n, d, c);
         const bool ab = p.graphs_ab && hooks.set_step_graphs;
         BenchRow g = r;
         g.test += "+graphs";

@@ -112,6 +112,16 @@ inline std::vector<uint8_t> random_e4m3(size_t n, std::mt19937& rng, bool nonneg
   return v;
 }
 
+// Points the WeightBytes at the filled buffers and decodes the reference rows (CPU decoder).
+inline void finish_stored(StoredWeight& s) {
+  WeightBytes& w = s.wb;
+  w.main = s.main;
+  if (!s.scales.empty()) w.block_scale = s.scales;
+  if (!s.grid.empty()) w.block_scale = {reinterpret_cast<const uint8_t*>(s.grid.data()), s.grid.size() * 4};
+  s.decoded.resize(w.rows * w.cols);
+  decode_rows(w, 0, w.rows, s.decoded.data());
+}
+
 inline std::unique_ptr<StoredWeight> make_stored(FormatId f, uint64_t n, uint64_t k, std::mt19937& rng) {
   auto s = std::make_unique<StoredWeight>();
   WeightBytes& w = s->wb;
@@ -151,12 +161,7 @@ inline std::unique_ptr<StoredWeight> make_stored(FormatId f, uint64_t n, uint64_
       w.main_dtype = DType::BF16;
     }
   }
-  w.main = s->main;
-  if (!s->scales.empty()) w.block_scale = s->scales;
-  if (!s->grid.empty())
-    w.block_scale = {reinterpret_cast<const uint8_t*>(s->grid.data()), s->grid.size() * 4};
-  s->decoded.resize(n * k);
-  decode_rows(w, 0, n, s->decoded.data());
+  finish_stored(*s);
   return s;
 }
 

@@ -94,12 +94,7 @@ std::unique_ptr<StoredWeight> make_any(FormatId f, uint64_t n, uint64_t k, std::
       w.main_dtype = DType::F32;
     }
   }
-  w.main = s->main;
-  if (!s->scales.empty()) w.block_scale = s->scales;
-  if (!s->grid.empty())
-    w.block_scale = {reinterpret_cast<const uint8_t*>(s->grid.data()), s->grid.size() * 4};
-  s->decoded.resize(n * k);
-  decode_rows(w, 0, n, s->decoded.data());
+  finish_stored(*s);
   return s;
 }
 

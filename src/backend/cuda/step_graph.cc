@@ -168,7 +168,6 @@ void StepGraphs::abort(cudaStream_t s) noexcept {
 void StepGraphs::finish(cudaStream_t s) {
   in_step_ = false;
   BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(s), "step graph: wait for the step");
-  completed_.store(epoch_);
   for (auto& f : deferred_) f();
   deferred_.clear();
 }

@@ -20,7 +20,6 @@
 
 #include <cuda_runtime.h>
 
-#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
@@ -71,9 +70,10 @@ class StepGraphs {
   void set_enabled(bool on);
   bool in_step() const { return in_step_; }
   bool capturing() const { return capturing_; }
-  // The current step's number (host-table slots it uses carry it) and the last step known to have run.
+  // The current step's number: host-table slots it copies from carry it and stay busy until the step ends
+  // (end_step and abort_step wait for the card, so every earlier step has run).
   uint64_t epoch() const { return epoch_; }
-  const std::atomic<uint64_t>& completed() const { return completed_; }
+  bool running(uint64_t epoch) const { return in_step_ && epoch == epoch_; }
 
   void begin(cudaStream_t s, uint64_t key);
   void end(cudaStream_t s);
@@ -99,7 +99,6 @@ class StepGraphs {
   bool in_step_ = false, capturing_ = false;
   const char* unsafe_op_ = nullptr;
   uint64_t epoch_ = 0;
-  std::atomic<uint64_t> completed_{0};
   Entry* current_ = nullptr;
   std::unordered_map<uint64_t, Entry> graphs_;
   std::vector<std::function<void()>> deferred_;

@@ -36,7 +36,7 @@ struct Slot {
   cudaEvent_t copied = nullptr;  // recorded after the last H2D copy that read `host`
   bool copy_pending = false;     // `copied` was recorded and may not have completed
   // A captured graph step copies from `host` when it runs (no event can be recorded in a capture): the slot
-  // is busy while this step number is above the last completed one.
+  // is busy while that step is still the running one.
   uint64_t busy_epoch = 0;
   // A prefetch's rows: `ids` is what was packed (or is being packed by `packing`); consumed by a gather.
   bool prefetched = false;
@@ -85,7 +85,7 @@ class HostTable {
                   bool advise) const;
   // A slot with no unconsumed prefetch and room for `bytes` (evicts the oldest prefetch if all are taken).
   Slot& free_slot(size_t bytes);
-  bool busy(const Slot& s) const { return graphs_ && s.busy_epoch > graphs_->completed().load(); }
+  bool busy(const Slot& s) const { return graphs_ && graphs_->running(s.busy_epoch); }
   // cudaFree / cudaFreeHost now, or after the running graph step.
   void release(std::function<void()> free_fn);
   void ensure_capacity(Slot& s, size_t bytes);
