@@ -29,18 +29,19 @@ PY
 echo "serve reply rc=$?"; kill $srv; wait $srv 2>/dev/null
 grep -E "engine|choice +engine" "$out/serve.txt"; head -c 600 "$out/serve-reply.txt"; echo
 
-# 2. GPU tests (correctness; the timing tests are left out).
-timeout "${TESTS_TIMEOUT:-170}" $B/bin/test_gpu \
+# 2. GPU tests (correctness; the timing tests are left out), eager launches.
+BLOOMERY_CUDA_GRAPHS=0 timeout "${TESTS_TIMEOUT:-170}" $B/bin/test_gpu \
   --gtest_filter='*-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*:*Bench*' > "$out/gpu-tests.txt" 2>&1
 echo "tests rc=$?"
 grep -cE "^\[       OK \]" "$out/gpu-tests.txt"; grep -E "^\[  FAILED  \]|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]" "$out/gpu-tests.txt" | head -30
 
-# 2b. The golden suite again with decode steps captured as CUDA graphs (step_graph.h).
+# 2b. The golden suite again with decode steps captured as CUDA graphs (step_graph.h, the default).
 BLOOMERY_CUDA_GRAPHS=1 timeout "${GRAPH_TESTS_TIMEOUT:-120}" $B/bin/test_gpu --gtest_filter='*GoldenCuda*:*StepGraph*' \
   > "$out/gpu-tests-graphs.txt" 2>&1
 echo "graph tests rc=$?"
 grep -E "^\[  FAILED  \]|^\[  PASSED  \]|^\[  SKIPPED \] [0-9]" "$out/gpu-tests-graphs.txt" | head -30
 
-# 3. Full-size numbers.
+# 3. Full-size numbers (SKIP_FULL=1 leaves them out, e.g. when the call also runs an A/B).
+[ -n "${SKIP_FULL:-}" ] && exit 0
 BUNDLE=$B FIXTURE_TIMEOUT=40 FULL_TIMEOUT=${FULL_TIMEOUT:-280} MAX_SECONDS=${MAX_SECONDS:-120} \
   bash bench/results/run-h200.sh

@@ -10,6 +10,9 @@ cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp}
 B=${BUNDLE:-.devcarry/bundle}
 export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}"
+# BLOOMERY_CUDA_GRAPH_LAYERS (layers per recorded segment) and AB_CS (the C list) may be set; TAG names the run.
+tag=${TAG:-}
 timeout ${AB_TIMEOUT:-300} $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 \
-  -c 1,4,16 -r 3 --cuda-graphs ab --json-out "$out/qwen4_exp-synthetic-graphs-ab-h200.json" > "$out/ab.txt" 2>&1
-echo "ab rc=$?"; tail -12 "$out/ab.txt"
+  -c ${AB_CS:-1,4,16} -r 3 --cuda-graphs ab --json-out "$out/qwen4_exp-synthetic-graphs-ab-h200$tag.json" \
+  > "$out/ab$tag.txt" 2>&1
+echo "ab$tag rc=$?"; grep -E "^\| tg|CUDA graphs" "$out/ab$tag.txt"

@@ -132,6 +132,9 @@ class Backend : public virtual FamilyOps {
   virtual void begin_step(uint64_t key) {}
   virtual void end_step() {}
   virtual void abort_step() noexcept {}
+  // A model layer of the current step ended (models call it in their layer loops): a recording backend may
+  // hand what it recorded so far to the device here, which runs it while the host records the next layers.
+  virtual void step_layer_done() {}
 
   // ---- weights -------------------------------------------------------------------------------------------
   // Loads one logical weight of a checkpoint (validated by the format layer); `shape` is the logical shape

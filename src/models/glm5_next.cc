@@ -350,6 +350,7 @@ class Glm5Next final : public BatchedModel {
       be.rms_norm(h, h, L.post_norm, c_.eps, NormKind::Plain);
       y = mlp(be, L.mlp, h, ms);
       be.mhc_post(X, y, post, comb);
+      be.step_layer_done();
     }
     batch_advance(entries);
     for (size_t i = 0; i < N; ++i) report_ties(*st[i], ties_before[i]);

@@ -179,6 +179,7 @@ class Qwen3Next final : public BatchedModel {
       be.rms_norm(x, h, lw.post_norm, c_.eps, NormKind::OnePlus);
       mlp(be, lw, c_.moe[l], x, y);
       be.add(h, h, y);
+      be.step_layer_done();
     }
     batch_advance(entries);
     Tensor hidden = be.alloc({T, c_.D});

@@ -306,6 +306,7 @@ class Qwen4Exp final : public BatchedModel {
       u = hc_read(be, L.mlp_hc, X, &inj);
       y = moe(be, L.moe, u);
       be.hc_inject(X, y, inj);
+      be.step_layer_done();
     }
     batch_advance(entries);
     for (size_t i = 0; i < st.size(); ++i) report_ties(*st[i], ties_before[i]);

@@ -22,7 +22,10 @@
 #include "tools/command.h"
 #include "tools/synthetic_model.h"
 #ifdef BLOOMERY_HAVE_CUDA
+#include <cuda_profiler_api.h>
+
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host_table.h"
 #endif
 
@@ -42,6 +45,10 @@ BenchHooks hooks_for(Backend& be) {
     BenchHooks h;
     h.sync = [cb] { cb->synchronize(); };
     h.set_step_graphs = [cb](bool on) { cb->set_step_graphs(on); };
+    h.profile_range = [cb](bool on) {
+      cb->synchronize();
+      BLOOMERY_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop(), "bench --profile-tg range");
+    };
     h.greedy = [cb](std::span<const Tensor> logits) {
       const cuda::SampleParams greedy;  // temperature 0: argmax, lowest index on ties
       auto last = [](const Tensor& t) { return t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1); };
@@ -144,8 +151,11 @@ int run_bench(int argc, char** argv) {
   std::string graphs_mode;
   app.add_option("--cuda-graphs", graphs_mode,
                  "off, on (decode steps captured as CUDA graphs) or ab (every tg row twice, repeat by repeat "
-                 "without and with graphs); default: BLOOMERY_CUDA_GRAPHS")
+                 "without and with graphs); default: BLOOMERY_CUDA_GRAPHS, on when unset")
       ->check(CLI::IsMember({"off", "on", "ab"}));
+  app.add_flag(
+      "--profile-tg", bp.profile_tg,
+      "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
   CLI11_PARSE(app, argc, argv);
@@ -179,7 +189,7 @@ int run_bench(int argc, char** argv) {
     return 0;
   }
   backend_name = pick_backend(backend_name, folder).name;
-  if (graphs_mode == "off") unsetenv("BLOOMERY_CUDA_GRAPHS");
+  if (graphs_mode == "off") setenv("BLOOMERY_CUDA_GRAPHS", "0", 1);
   if (graphs_mode == "on" || graphs_mode == "ab") setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);  // read at creation
   bp.graphs_ab = graphs_mode == "ab";
   std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
@@ -285,18 +295,36 @@ int run_bench(int argc, char** argv) {
   const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
   std::string graphs_line;
 #ifdef BLOOMERY_HAVE_CUDA
-  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && cb->step_graphs().enabled()) {
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && cb->step_graphs().stats().steps > 0) {
     const cuda::StepGraphStats& g = cb->step_graphs().stats();
+    const double per = g.captured ? 1e3 / static_cast<double>(g.captured) : 0.0;  // ms per replayed step
     j["cuda_graphs"] = {{"steps", g.steps},
                         {"captured", g.captured},
+                        {"segments", g.segments},
                         {"instantiated", g.instantiated},
                         {"updated", g.updated},
-                        {"eager_keys", g.eager_keys}};
+                        {"update_failures", g.update_failures},
+                        {"last_refused_kernel", g.last_refused ? g.last_refused : ""},
+                        {"eager_keys", g.eager_keys},
+                        {"nodes_last_step", g.nodes},
+                        {"record_ms_per_step", g.capture_s * per},
+                        {"update_ms_per_step", g.update_s * per},
+                        {"instantiate_ms_per_step", g.instantiate_s * per},
+                        {"wait_ms_per_step", g.wait_s * per}};
     if (!json_out.empty()) std::ofstream(json_out) << j.dump(2) << "\n";
+    char timing[512];
+    std::snprintf(
+        timing, sizeof timing,
+        "; %llu segments; per replayed step (ms of host time): record %.3f, update %.3f, instantiate "
+        "%.3f, wait for the card after the last launch %.3f; %llu nodes; %llu updates refused (last "
+        "at %s)\n",
+        static_cast<unsigned long long>(g.segments), g.capture_s * per, g.update_s * per,
+        g.instantiate_s * per, g.wait_s * per, static_cast<unsigned long long>(g.nodes),
+        static_cast<unsigned long long>(g.update_failures), g.last_refused ? g.last_refused : "-");
     graphs_line = "CUDA graphs (BLOOMERY_CUDA_GRAPHS): " + std::to_string(g.steps) + " decode steps, " +
                   std::to_string(g.captured) + " captured and replayed (" + std::to_string(g.instantiated) +
                   " instantiations, " + std::to_string(g.updated) + " updates), " +
-                  std::to_string(g.eager_keys) + " step shapes kept eager\n";
+                  std::to_string(g.eager_keys) + " step shapes kept eager" + timing;
   }
 #endif
 

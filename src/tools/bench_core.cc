@@ -216,6 +216,8 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         g.test += "+graphs";
         if (!r.skipped) {
           run.grow_pool(c, d, tg_total * (ab ? 2 : 1));
+          const bool profiled = p.profile_tg && hooks.profile_range;
+          if (profiled) hooks.profile_range(true);
           for (int i = 0; i < p.repeats; ++i) {
             if (ab) hooks.set_step_graphs(false);
             run.tg(r);
@@ -224,6 +226,7 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
             run.tg(g);
             hooks.set_step_graphs(false);
           }
+          if (profiled) hooks.profile_range(false);
         }
         finish(r, t0);
         if (ab) finish(g, t0);  // A and B repeats interleave on the same sequences, over the same depths

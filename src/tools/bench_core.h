@@ -27,6 +27,8 @@ struct BenchHooks {
   std::function<std::vector<int32_t>(std::span<const Tensor>)> greedy;
   // Turns the backend's step graphs on or off between steps (CUDA graph mode); empty when it has none.
   std::function<void(bool)> set_step_graphs;
+  // Starts (true) or stops (false) a profiler's capture range (cudaProfilerStart/Stop); empty on the CPU.
+  std::function<void(bool)> profile_range;
 };
 
 // Host argmax over downloaded logits (lowest index on ties): the CPU backend's hooks.
@@ -43,6 +45,9 @@ struct BenchParams {
   // tg rows twice, repeat by repeat alternately without and with step graphs (hooks.set_step_graphs): the
   // second row's test is "tgN+graphs". Graphs are left off afterwards.
   bool graphs_ab = false;
+  // The tg repeats (not their set-up, which prefills the depth) run inside hooks.profile_range, so that
+  // `nsys profile --capture-range=cudaProfilerApi` sees decode steps only.
+  bool profile_tg = false;
 };
 
 struct BenchRow {

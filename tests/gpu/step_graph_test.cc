@@ -1,13 +1,15 @@
-// CUDA graph steps (backend/cuda/step_graph.h, BLOOMERY_CUDA_GRAPHS=1): per-step values that change while
+// CUDA graph steps (backend/cuda/step_graph.h, graph mode): per-step values that change while
 // the step's shape stays (host arrays staged through the pinned arena, scalars in kernel parameters) reach
 // the replayed graph; an op that reads the card on the host is refused inside a capture and its shape then
 // runs eagerly; whole models decode to the same logits and tokens with graphs as without, and the decode
 // steps really are captured.
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -23,22 +25,40 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// Sets (or, with nullptr, unsets) an environment variable for one scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* was = std::getenv(name);
+    had_ = was != nullptr;
+    if (had_) saved_ = was;
+    if (value) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, saved_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string saved_;
+};
+
 // A CUDA backend with graph mode on or off (read from the environment at construction), whatever the
-// environment the suite runs in (scripts/gpu-check-all.sh also runs it with BLOOMERY_CUDA_GRAPHS=1).
-std::unique_ptr<cuda::CudaBackend> make_backend(bool graphs) {
-  const char* was = std::getenv("BLOOMERY_CUDA_GRAPHS");
-  const std::string saved = was ? was : "";
-  if (graphs) {
-    setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);
-  } else {
-    unsetenv("BLOOMERY_CUDA_GRAPHS");
-  }
+// environment the suite runs in (scripts/gpu-check-all.sh runs it with BLOOMERY_CUDA_GRAPHS=0 and =1);
+// `segment_layers`: layers per recorded segment (nullptr: the default).
+std::unique_ptr<cuda::CudaBackend> make_backend(bool graphs, const char* segment_layers = nullptr) {
+  ScopedEnv mode("BLOOMERY_CUDA_GRAPHS", graphs ? "1" : "0");
+  ScopedEnv layers("BLOOMERY_CUDA_GRAPH_LAYERS", segment_layers);
   auto be = std::make_unique<cuda::CudaBackend>(0);
-  if (was) {
-    setenv("BLOOMERY_CUDA_GRAPHS", saved.c_str(), 1);
-  } else {
-    unsetenv("BLOOMERY_CUDA_GRAPHS");
-  }
   EXPECT_EQ(be->step_graphs().enabled(), graphs);
   return be;
 }
@@ -78,6 +98,33 @@ TEST(StepGraph, ChangingValuesReachTheReplayedSteps) {
   EXPECT_EQ(g.instantiated, 1u) << "one shape, one executable graph, updated in place";
   EXPECT_EQ(g.updated, 4u);
   EXPECT_EQ(g.eager_keys, 0u);
+}
+
+// A step recorded in segments (one per "layer" here): each segment is launched while the next is recorded,
+// and a value produced by one segment is read by the next.
+TEST(StepGraph, SegmentsLaunchedWhileRecordingKeepTheStepsOrder) {
+  if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
+  auto be = make_backend(true, "1");
+  const int64_t n = 1 << 16;
+  Tensor x = be->alloc({n}), y = be->alloc({n});
+  for (int step = 0; step < 5; ++step) {
+    be->begin_step(9);
+    be->fill(x, static_cast<float>(step));
+    be->step_layer_done();
+    for (int layer = 0; layer < 3; ++layer) {  // y = 2x + x, x = y: x ends at step · 27
+      be->add(y, x, x);
+      be->add(y, y, x);
+      be->copy(x, y);
+      be->step_layer_done();
+    }
+    be->end_step();
+    EXPECT_EQ(be->download(x), std::vector<float>(n, 27.0f * static_cast<float>(step))) << "step " << step;
+  }
+  const cuda::StepGraphStats& g = be->step_graphs().stats();
+  EXPECT_EQ(g.captured, 4u);
+  EXPECT_EQ(g.segments, 4u * 5u) << "four layer ends and the step's end, each launching a segment";
+  EXPECT_EQ(g.instantiated, 5u) << "one executable graph per segment, then updated in place";
+  EXPECT_EQ(g.update_failures, 0u);
 }
 
 TEST(StepGraph, HostReadInsideACaptureIsRefusedAndTheShapeRunsEagerly) {
@@ -133,17 +180,19 @@ std::vector<std::vector<float>> decode_rows(Backend& be, const fs::path& dir, in
   return rows;
 }
 
-class StepGraphModel : public ::testing::TestWithParam<std::string> {};
+// (fixture folder, layers per recorded segment: "0" whole steps, "1" one graph per layer)
+class StepGraphModel : public ::testing::TestWithParam<std::tuple<std::string, const char*>> {};
 
 TEST_P(StepGraphModel, DecodeWithGraphsEqualsEager) {
   if (!gputest::have_gpu()) GTEST_SKIP() << "no CUDA device";
-  const fs::path dir = fixtures_dir() / "models" / GetParam();
+  const auto& [name, segment_layers] = GetParam();
+  const fs::path dir = fixtures_dir() / "models" / name;
   if (!fs::is_directory(dir)) GTEST_SKIP() << "no fixture " << dir;
   const int steps = 12;
   std::vector<int32_t> eager_tokens, graph_tokens;
   auto eager = make_backend(false);
   const auto want = decode_rows(*eager, dir, steps, &eager_tokens);
-  auto graphs = graph_backend();
+  auto graphs = make_backend(true, segment_layers);
   const auto got = decode_rows(*graphs, dir, steps, &graph_tokens);
   EXPECT_EQ(graph_tokens, eager_tokens);
   ASSERT_EQ(got.size(), want.size());
@@ -156,13 +205,22 @@ TEST_P(StepGraphModel, DecodeWithGraphsEqualsEager) {
   const cuda::StepGraphStats& g = graphs->step_graphs().stats();
   EXPECT_EQ(g.eager_keys, 0u) << "a decode op of this fixture could not be captured";
   EXPECT_GE(g.captured, static_cast<uint64_t>(steps - 1)) << "decode steps were not captured";
+  if (std::string(segment_layers) == "1")
+    EXPECT_GT(g.segments, 2 * g.captured) << "a step of several layers was not recorded in segments";
 }
 
 // BF16 and ModelOpt-mixed layouts of both families the card runs (the mixed layout's experts go through
 // the decode kernels; its dense parts through every GEMV format).
 INSTANTIATE_TEST_SUITE_P(Fixtures, StepGraphModel,
-                         ::testing::Values("qwen3_next-bf16", "qwen3_next-modelopt-mixed", "qwen4_exp-bf16",
-                                           "qwen4_exp-modelopt-mixed"));
+                         ::testing::Combine(::testing::Values("qwen3_next-bf16", "qwen3_next-modelopt-mixed",
+                                                              "qwen4_exp-bf16", "qwen4_exp-modelopt-mixed"),
+                                            ::testing::Values("0", "1")),
+                         [](const auto& info) {
+                           std::string n = std::get<0>(info.param) + "_layers" + std::get<1>(info.param);
+                           for (char& c : n)
+                             if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+                           return n;
+                         });
 
 }  // namespace
 }  // namespace bloomery

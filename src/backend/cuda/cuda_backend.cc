@@ -64,7 +64,7 @@ void CudaBackend::begin_step(uint64_t key) {
 
 void CudaBackend::set_step_graphs(bool on) {
   if (on && !stream_)
-    raise("E_CUDA_GRAPH", Where{"", "", "set_step_graphs"}, "a backend created with BLOOMERY_CUDA_GRAPHS=1",
+    raise("E_CUDA_GRAPH", Where{"", "", "set_step_graphs"}, "a backend created in graph mode",
           "a backend on the legacy default stream, which cannot be captured");
   graphs_.set_enabled(on);
 }

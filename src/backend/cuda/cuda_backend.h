@@ -59,9 +59,10 @@ class CudaBackend final : public Backend {
   void copy(Tensor& dst, const Tensor& src) override;
   void fill(Tensor& t, float value) override;
 
-  // Graph mode (step_graph.h): on when BLOOMERY_CUDA_GRAPHS was set at construction.
+  // Graph mode (step_graph.h): as BLOOMERY_CUDA_GRAPHS asked at construction (on when unset).
   void begin_step(uint64_t key) override;
   void end_step() override;
+  void step_layer_done() override { graphs_.layer_done(stream_); }
   void abort_step() noexcept override;
   StepGraphs& step_graphs() { return graphs_; }
   // Graph mode on or off between steps (bench A/B); on needs a backend built in graph mode (its stream).
@@ -138,7 +139,7 @@ class CudaBackend final : public Backend {
   void report_graph_ties();
 
   int device_ = 0;
-  StepGraphs graphs_{step_graphs_requested()};
+  StepGraphs graphs_{step_graphs_requested(), step_graph_segment_layers()};
   // The legacy default stream, or in graph mode a created stream (the legacy one cannot be captured). It
   // is a blocking stream, so the synchronous copies of upload/download still order with it.
   cudaStream_t stream_ = nullptr;

@@ -1,5 +1,6 @@
 #include "backend/cuda/step_graph.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -13,13 +14,29 @@ namespace bloomery::cuda {
 namespace {
 constexpr size_t kArenaAlign = 256;
 constexpr size_t kArenaChunk = 1 << 20;
+
+double now_s() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 }  // namespace
 
 bool step_graphs_requested() {
   const char* v = std::getenv("BLOOMERY_CUDA_GRAPHS");
-  if (!v) return false;
+  if (!v || !*v) return kStepGraphsByDefault;
   const std::string_view s(v);
-  return s == "1" || s == "on" || s == "true";
+  if (s == "1" || s == "on" || s == "true") return true;
+  if (s == "0" || s == "off" || s == "false") return false;
+  raise("E_CUDA_GRAPH", Where{"", "", "BLOOMERY_CUDA_GRAPHS"}, "1, on, true, 0, off or false", v);
+}
+
+int step_graph_segment_layers() {
+  const char* v = std::getenv("BLOOMERY_CUDA_GRAPH_LAYERS");
+  if (!v || !*v) return kSegmentLayers;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  if (*end != '\0' || n < 0 || n > 100000)
+    raise("E_CUDA_GRAPH", Where{"", "", "BLOOMERY_CUDA_GRAPH_LAYERS"}, "a layer count >= 0", v);
+  return static_cast<int>(n);
 }
 
 // ---- PinnedArena -----------------------------------------------------------------------------------------
@@ -70,7 +87,9 @@ void PinnedArena::reset() {
 
 StepGraphs::~StepGraphs() {
   for (auto& [key, e] : graphs_)
-    if (e.exec) cudaGraphExecDestroy(e.exec);
+    for (auto& seg : e.segments)
+      for (Variant& v : seg)
+        if (v.exec) cudaGraphExecDestroy(v.exec);
   for (auto& f : deferred_) {
     try {
       f();
@@ -96,57 +115,113 @@ void StepGraphs::begin(cudaStream_t s, uint64_t key) {
   unsafe_op_ = nullptr;
   ++epoch_;
   in_step_ = true;
+  segment_ = 0;
+  layers_ = 0;
   if (current_->mode == Mode::Capture) {
+    capture_start_ = now_s();
     BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
     capturing_ = true;
   }
+}
+
+void StepGraphs::layer_done(cudaStream_t s) {
+  if (!capturing_ || segment_layers_ <= 0 || ++layers_ < segment_layers_) return;
+  layers_ = 0;
+  launch_segment(s);
+  capture_start_ = now_s();
+  BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
+  capturing_ = true;
 }
 
 void StepGraphs::end(cudaStream_t s) {
   if (!in_step_) return;
   ++stats_.steps;
   if (capturing_) {
-    capturing_ = false;
-    cudaGraph_t graph = nullptr;
-    const cudaError_t ended = cudaStreamEndCapture(s, &graph);
-    if (ended != cudaSuccess) {
-      if (graph) cudaGraphDestroy(graph);
-      current_->mode = Mode::Eager;  // do not try this key again
-      ++stats_.eager_keys;
-      in_step_ = false;
-      cuda_fail(ended, "cudaStreamEndCapture", "step graph: end capture", __FILE__, __LINE__);
-    }
-    if (current_->exec) {
-      cudaGraphExecUpdateResultInfo info{};
-      if (cudaGraphExecUpdate(current_->exec, graph, &info) == cudaSuccess) {
-        ++stats_.updated;
-      } else {  // another topology (e.g. a different attention split count): build a new executable
-        (void)cudaGetLastError();
-        cudaGraphExecDestroy(current_->exec);
-        current_->exec = nullptr;
-      }
-    }
-    if (!current_->exec) {
-      const cudaError_t built = cudaGraphInstantiate(&current_->exec, graph, 0);
-      cudaGraphDestroy(graph);
-      graph = nullptr;
-      if (built != cudaSuccess) {
-        current_->exec = nullptr;
-        current_->mode = Mode::Eager;
-        ++stats_.eager_keys;
-        in_step_ = false;
-        cuda_fail(built, "cudaGraphInstantiate", "step graph: instantiate", __FILE__, __LINE__);
-      }
-      ++stats_.instantiated;
-    }
-    if (graph) cudaGraphDestroy(graph);
-    BLOOMERY_CUDA_CHECK(cudaGraphLaunch(current_->exec, s), "step graph: launch");
+    launch_segment(s);
     ++stats_.captured;
-  } else if (current_->mode == Mode::WarmUp) {
+    const double launched = now_s();
+    finish(s);
+    stats_.wait_s += now_s() - launched;
+    return;
+  }
+  if (current_->mode == Mode::WarmUp) {
     current_->mode = unsafe_op_ ? Mode::Eager : Mode::Capture;
     if (unsafe_op_) ++stats_.eager_keys;
   }
   finish(s);
+}
+
+void StepGraphs::launch_segment(cudaStream_t s) {
+  capturing_ = false;
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(s, &graph);
+  if (ended != cudaSuccess) {
+    if (graph) cudaGraphDestroy(graph);
+    current_->mode = Mode::Eager;  // do not try this key again
+    ++stats_.eager_keys;
+    in_step_ = false;
+    cuda_fail(ended, "cudaStreamEndCapture", "step graph: end capture", __FILE__, __LINE__);
+  }
+  stats_.capture_s += now_s() - capture_start_;
+  const cudaGraphExec_t exec = apply(graph);
+  BLOOMERY_CUDA_CHECK(cudaGraphLaunch(exec, s), "step graph: launch segment " + std::to_string(segment_));
+  ++segment_;
+  ++stats_.segments;
+}
+
+cudaGraphExec_t StepGraphs::apply(cudaGraph_t graph) {
+  size_t nodes = 0;
+  BLOOMERY_CUDA_CHECK(cudaGraphGetNodes(graph, nullptr, &nodes), "step graph: count nodes");
+  stats_.nodes = segment_ ? stats_.nodes + nodes : nodes;
+  if (current_->segments.size() <= segment_) current_->segments.resize(segment_ + 1);
+  std::vector<Variant>& variants = current_->segments[segment_];
+  Variant* v = nullptr;
+  for (Variant& x : variants)
+    if (x.nodes == nodes) v = &x;
+  if (v && v->exec) {
+    const double t0 = now_s();
+    cudaGraphExecUpdateResultInfo info{};
+    if (cudaGraphExecUpdate(v->exec, graph, &info) == cudaSuccess) {
+      ++stats_.updated;
+    } else {  // the same node count, another topology: build a new executable
+      (void)cudaGetLastError();
+      ++stats_.update_failures;
+      cudaKernelNodeParams kp{};
+      const char* name = nullptr;
+      if (info.errorNode && cudaGraphKernelNodeGetParams(info.errorNode, &kp) == cudaSuccess &&
+          cudaFuncGetName(&name, kp.func) == cudaSuccess)
+        stats_.last_refused = name;
+      (void)cudaGetLastError();
+      cudaGraphExecDestroy(v->exec);
+      v->exec = nullptr;
+    }
+    stats_.update_s += now_s() - t0;
+  }
+  if (!v) {
+    if (variants.size() == kMaxVariants) {
+      cudaGraphExecDestroy(variants.front().exec);
+      variants.erase(variants.begin());
+    }
+    variants.push_back({nodes, nullptr});
+    v = &variants.back();
+  }
+  if (!v->exec) {
+    const double t0 = now_s();
+    const cudaError_t built = cudaGraphInstantiate(&v->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (built != cudaSuccess) {
+      v->exec = nullptr;
+      current_->mode = Mode::Eager;
+      ++stats_.eager_keys;
+      in_step_ = false;
+      cuda_fail(built, "cudaGraphInstantiate", "step graph: instantiate", __FILE__, __LINE__);
+    }
+    ++stats_.instantiated;
+    stats_.instantiate_s += now_s() - t0;
+    return v->exec;
+  }
+  cudaGraphDestroy(graph);
+  return v->exec;
 }
 
 void StepGraphs::abort(cudaStream_t s) noexcept {
@@ -178,7 +253,7 @@ void StepGraphs::not_capturable(const char* op) {
     current_->mode = Mode::Eager;  // the next step of this shape runs eagerly
     ++stats_.eager_keys;
     raise("E_CUDA_GRAPH", Where{"", "", op}, "ops that can be recorded in a CUDA graph step",
-          std::string(op) + " (it read device data on the host); run without BLOOMERY_CUDA_GRAPHS");
+          std::string(op) + " (it read device data on the host); run with BLOOMERY_CUDA_GRAPHS=0");
   }
   if (!unsafe_op_) unsafe_op_ = op;
 }

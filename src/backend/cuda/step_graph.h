@@ -1,4 +1,5 @@
-// CUDA graphs for decode steps (BLOOMERY_CUDA_GRAPHS=1; off by default until measured on the card).
+// CUDA graphs for decode steps (on by default since measured faster on an H200, docs/performance.md;
+// BLOOMERY_CUDA_GRAPHS=0 turns them off).
 //
 // A step is the ops between Backend::begin_step(key) and end_step(), key = the step's shape (tokens per
 // sequence). Per key: the first step runs eagerly as a warm-up (it sizes the scratch buffers and the pinned
@@ -8,6 +9,11 @@
 // split count that follows the context length), launched, and waited for. Capturing every step keeps every
 // per-step value (positions, context lengths, pointers) exactly what the eager ops would use; the replay
 // removes the per-kernel launch gaps on the card. This is llama.cpp's scheme, not vLLM's static replay.
+//
+// A step is recorded in segments of a few model layers (Backend::step_layer_done marks the layer ends):
+// each segment is launched as soon as it is recorded, so the card runs it while the host records the next
+// one. Measured on an H200 (docs/performance.md), recording a whole step before launching it left the card
+// idle for the recording (7.7 ms of a 24.6 ms step at C=1) and lost to eager launches.
 //
 // What the ops do differently inside a step (cuda_backend.cc, qwen4_ops.cc, host_table.cc):
 //   * host arrays go up through PinnedArena (a copy from pageable memory cannot be captured, and every copy
@@ -56,11 +62,20 @@ struct StepGraphStats {
   uint64_t instantiated = 0;  // executable graphs built (first capture of a key, or a topology change)
   uint64_t updated = 0;       // captures applied to an existing executable graph
   uint64_t eager_keys = 0;    // keys kept eager because an op could not be recorded
+  uint64_t segments = 0;      // graphs launched (a step is recorded in segments of layers)
+  uint64_t nodes = 0;         // kernels and copies in the last captured step
+  // Host time of graph steps (seconds, summed): recording the ops, cudaGraphExecUpdate, cudaGraphInstantiate
+  // (all three overlap the card running earlier segments), and the wait from the last segment's launch
+  // until the card finished the step.
+  double capture_s = 0, update_s = 0, instantiate_s = 0, wait_s = 0;
+  uint64_t update_failures = 0;  // updates refused (a topology change), each followed by an instantiation
+  const char* last_refused = nullptr;  // the kernel cudaGraphExecUpdate named in its last refusal
 };
 
 class StepGraphs {
  public:
-  explicit StepGraphs(bool enabled) : enabled_(enabled) {}
+  // `segment_layers`: model layers recorded per launched graph (0: the whole step as one graph).
+  StepGraphs(bool enabled, int segment_layers) : enabled_(enabled), segment_layers_(segment_layers) {}
   StepGraphs(const StepGraphs&) = delete;
   StepGraphs& operator=(const StepGraphs&) = delete;
   ~StepGraphs();
@@ -76,6 +91,8 @@ class StepGraphs {
   bool running(uint64_t epoch) const { return in_step_ && epoch == epoch_; }
 
   void begin(cudaStream_t s, uint64_t key);
+  // A model layer of the step ended: every segment_layers of them, the recording so far is launched.
+  void layer_done(cudaStream_t s);
   void end(cudaStream_t s);
   void abort(cudaStream_t s) noexcept;
 
@@ -89,24 +106,43 @@ class StepGraphs {
 
  private:
   enum class Mode : uint8_t { WarmUp, Capture, Eager };
-  struct Entry {
-    Mode mode = Mode::WarmUp;
+  // A segment's executable graphs, one per topology seen (node count): a QSA layer pools a block of keys
+  // only on every compress-th token, so its segment alternates between two topologies that an update
+  // cannot turn into each other; each keeps its own executable and is updated in place.
+  struct Variant {
+    size_t nodes = 0;
     cudaGraphExec_t exec = nullptr;
   };
+  static constexpr size_t kMaxVariants = 4;  // per segment; the oldest is dropped beyond
+  struct Entry {
+    Mode mode = Mode::WarmUp;
+    std::vector<std::vector<Variant>> segments;
+  };
   void finish(cudaStream_t s);  // waits for the step, runs the deferred frees, leaves the step
+  // Ends the current segment's capture and launches it (updating or instantiating its executable graph).
+  void launch_segment(cudaStream_t s);
+  cudaGraphExec_t apply(cudaGraph_t graph);  // the segment's executable graph, updated from `graph`
 
   bool enabled_ = false;
+  int segment_layers_ = 0, layers_ = 0;
+  size_t segment_ = 0;
   bool in_step_ = false, capturing_ = false;
   const char* unsafe_op_ = nullptr;
   uint64_t epoch_ = 0;
   Entry* current_ = nullptr;
+  double capture_start_ = 0;  // seconds on a steady clock
   std::unordered_map<uint64_t, Entry> graphs_;
   std::vector<std::function<void()>> deferred_;
   PinnedArena arena_;
   StepGraphStats stats_;
 };
 
-// Whether BLOOMERY_CUDA_GRAPHS asks for graph mode ("1", "on", "true").
+// Graph mode: BLOOMERY_CUDA_GRAPHS = 1/on/true or 0/off/false (anything else is refused), unset: default.
+inline constexpr bool kStepGraphsByDefault = true;
 bool step_graphs_requested();
+// Model layers per recorded segment: BLOOMERY_CUDA_GRAPH_LAYERS (0: whole steps). One layer per segment
+// measured fastest on an H200 (docs/performance.md: 1, 4 and 12 tried).
+inline constexpr int kSegmentLayers = 1;
+int step_graph_segment_layers();
 
 }  // namespace bloomery::cuda

@@ -22,6 +22,7 @@ class ForwardingBackend : public Backend {
   virtual void on_begin_step(uint64_t key) {}
   virtual void on_end_step() {}
   virtual void on_abort_step() {}
+  virtual void on_step_layer_done() {}
   virtual void on_host_transfer(const char* what) {}  // upload / download
 
   // ---- Backend ----
@@ -48,6 +49,10 @@ class ForwardingBackend : public Backend {
   void end_step() override {
     on_end_step();
     in_->end_step();
+  }
+  void step_layer_done() override {
+    on_step_layer_done();
+    in_->step_layer_done();
   }
   void abort_step() noexcept override {
     on_abort_step();

@@ -4,10 +4,12 @@
 // prompt chunk is not bracketed, and a step whose forward throws is aborted, not ended.
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "../../common/fixture_folders.h"
 #include "backend/cpu/cpu_backend.h"
@@ -40,12 +42,15 @@ class Bracketing : public test::ForwardingBackend {
     open = false;
     ++aborted;
   }
+  void on_step_layer_done() override {
+    if (open) ++layer_ends;
+  }
   void on_host_transfer(const char* what) override {
     if (open) reads_inside.push_back(what);
   }
   bool open = false;
   std::vector<uint64_t> keys;
-  int ended = 0, aborted = 0;
+  int ended = 0, aborted = 0, layer_ends = 0;
   std::vector<std::string> reads_inside;
 };
 
@@ -71,6 +76,15 @@ TEST_P(StepBracket, DecodeStepsAreBracketedAndReadNothingBack) {
   e.decode(one, tok);
   ASSERT_EQ(be.keys.size(), 4u);
   EXPECT_EQ(be.ended, 4);
+  // Every layer end is marked, so a recording backend can launch the step in segments as it goes.
+  fs::path config = kModels / GetParam() / "config.json";
+  if (!fs::exists(config)) config = kModels / GetParam() / "metadata" / "config.json";  // FP4-Local layout
+  const nlohmann::json c = nlohmann::json::parse(std::ifstream(config));
+  const int64_t top_layers =
+      c.value("num_hidden_layers",
+              c.value("text_config", nlohmann::json::object()).value("num_hidden_layers", int64_t{0}));
+  ASSERT_GT(top_layers, 0) << config;
+  EXPECT_EQ(be.layer_ends, 4 * top_layers) << "layer ends inside the steps";
   EXPECT_EQ(be.aborted, 0);
   EXPECT_EQ(be.keys[0], be.keys[1]) << "same shape, same key";
   EXPECT_EQ(be.keys[1], be.keys[2]);
