@@ -27,7 +27,7 @@ req = u.Request('http://127.0.0.1:8091/v1/chat/completions', method='POST',
 print(u.urlopen(req, timeout=60).read().decode())
 PY
 echo "serve reply rc=$?"; kill $srv; wait $srv 2>/dev/null
-grep -E "engine|choice +engine" "$out/serve.txt"; head -c 600 "$out/serve-reply.txt"; echo
+grep -E "^engine|^decode|choice +engine" "$out/serve.txt"; head -c 600 "$out/serve-reply.txt"; echo
 
 # 2. GPU tests (correctness; the timing tests are left out), eager launches.
 BLOOMERY_CUDA_GRAPHS=0 timeout "${TESTS_TIMEOUT:-170}" $B/bin/test_gpu \

@@ -135,6 +135,8 @@ class Backend : public virtual FamilyOps {
   // A model layer of the current step ended (models call it in their layer loops): a recording backend may
   // hand what it recorded so far to the device here, which runs it while the host records the next layers.
   virtual void step_layer_done() {}
+  // How decode steps reach the device, for the server's start screen ("" when there is nothing to say).
+  virtual std::string decode_steps() const { return ""; }
 
   // ---- weights -------------------------------------------------------------------------------------------
   // Loads one logical weight of a checkpoint (validated by the format layer); `shape` is the logical shape

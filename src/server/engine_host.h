@@ -53,6 +53,8 @@ class EngineHost {
   // The engine's backend ("cpu" or "cuda") and what decided it (-dev, or the automatic choice).
   const std::string& backend_name() const { return backend_name_; }
   const std::string& backend_why() const { return backend_why_; }
+  // How decode steps reach the device ("" for the CPU engine or before the backend exists).
+  std::string decode_steps() const { return backend_ ? backend_->decode_steps() : std::string(); }
   // Per-slot state bytes for `ctx` tokens: what the model's new_state will allocate (Model::state_bytes;
   // before the weights are bound an optional draft layer's cache is counted).
   uint64_t state_bytes_estimate(int64_t ctx) const;

@@ -65,6 +65,7 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   out += fmt::format("folder      {}\n", s.folder_kind);
   out += fmt::format("engine      {} ({})\n", host.backend_name() == "cuda" ? "CUDA, device 0" : "CPU",
                      host.backend_why());
+  if (const std::string d = host.decode_steps(); !d.empty()) out += "decode      " + d + "\n";
   out += "formats     role                 stored bytes   formats\n";
   for (const auto& [role, bytes] : s.bytes_by_role) {
     auto it = s.formats_by_role.find(role);

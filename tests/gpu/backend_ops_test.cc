@@ -239,7 +239,7 @@ TEST_F(CudaOps, Sampling) {
     std::nth_element(sorted.begin(), sorted.begin() + 49, sorted.end(), std::greater<float>());
     EXPECT_GE(row[a[r]], sorted[49]) << "row " << r;
     const float mx = *std::max_element(row.begin(), row.end());
-    EXPECT_GE(std::exp((row[a[r]] - mx) / 0.8f), 0.02f * 0.999f) << "min-p row " << r;
+    EXPECT_GE(std::exp(row[a[r]] - mx), 0.02f * 0.999f) << "min-p (temperature-1 probabilities) row " << r;
   }
   // Frequencies: 4000 rows of one 6-token distribution (rows draw independently) match softmax(l / 0.7).
   const std::vector<float> small = {1.0f, 0.5f, 0.0f, -0.5f, 2.0f, -3.0f};
@@ -259,9 +259,26 @@ TEST_F(CudaOps, Sampling) {
     const double p_i = pr[i] / z, mean = 4000 * p_i, sd = std::sqrt(4000 * p_i * (1 - p_i));
     EXPECT_NEAR(count[i], mean, 5 * sd + 1) << "token " << i;
   }
-  // top-p 0.5 on that distribution keeps only token 4 (p ≈ 0.74).
+  // top-p 0.5 on that distribution keeps only token 4 (p ≈ 0.55 at temperature 1).
   const auto nucleus = gpu_->sample(sg, {.temperature = 0.7f, .top_p = 0.5f, .seed = 9});
   EXPECT_TRUE(std::all_of(nucleus.begin(), nucleus.end(), [](int32_t id) { return id == 4; }));
+  // llama-server's order (the CPU sampler's): the cuts see the temperature-1 distribution, the temperature
+  // only reweighs the survivors. At temperature 1: p4 ≈ 0.551, p0 ≈ 0.203, p1 ≈ 0.123, so top-p 0.7 and
+  // min-p 0.3 (p0 / p4 ≈ 0.37, p1 / p4 ≈ 0.22) each keep {4, 0}. Cutting after a temperature of 0.3 would
+  // keep {4} only (p4 ≈ 0.96, p0 / p4 ≈ 0.036).
+  for (const cuda::SampleParams& cut : {cuda::SampleParams{.temperature = 0.3f, .top_p = 0.7f, .seed = 11},
+                                        cuda::SampleParams{.temperature = 0.3f, .min_p = 0.3f, .seed = 12}}) {
+    const auto got = gpu_->sample(sg, cut);
+    const double w4 = std::exp(small[4] / 0.3), w0 = std::exp(small[0] / 0.3), p0 = w0 / (w4 + w0);
+    int zeros = 0;
+    for (int32_t id : got) {
+      ASSERT_TRUE(id == 4 || id == 0) << "token " << id << " survived the cuts";
+      zeros += id == 0;
+    }
+    const double mean = 4000 * p0, sd = std::sqrt(4000 * p0 * (1 - p0));
+    EXPECT_NEAR(zeros, mean, 5 * sd + 1) << "token 0 reweighed by the temperature after the cut (top_p "
+                                         << cut.top_p << ", min_p " << cut.min_p << ")";
+  }
 }
 
 // Timings of the decode-path small ops at real shapes (not pass/fail; for the report and later tuning).

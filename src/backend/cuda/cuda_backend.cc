@@ -62,6 +62,13 @@ void CudaBackend::begin_step(uint64_t key) {
   graphs_.begin(stream_, key);
 }
 
+std::string CudaBackend::decode_steps() const {
+  if (!graphs_.enabled()) return "eager kernel launches (BLOOMERY_CUDA_GRAPHS=0)";
+  const int n = graphs_.segment_layers();
+  return "CUDA graphs, recorded " + (n > 0 ? std::to_string(n) + " layer(s)" : std::string("a whole step")) +
+         " at a time and replayed (BLOOMERY_CUDA_GRAPHS=0 launches eagerly)";
+}
+
 void CudaBackend::set_step_graphs(bool on) {
   if (on && !stream_)
     raise("E_CUDA_GRAPH", Where{"", "", "set_step_graphs"}, "a backend created in graph mode",

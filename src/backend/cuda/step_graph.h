@@ -81,6 +81,7 @@ class StepGraphs {
   ~StepGraphs();
 
   bool enabled() const { return enabled_; }
+  int segment_layers() const { return segment_layers_; }
   // Switches graph mode between steps (the backend must own a capturable stream: CudaBackend checks).
   void set_enabled(bool on);
   bool in_step() const { return in_step_; }

@@ -1,7 +1,9 @@
 // Token sampling on the card, one block per row of logits: greedy (argmax, lowest index on ties), or
-// temperature → softmax → top-k, top-p and min-p cuts (each found as a probability threshold by bisection on
-// the f32 bit pattern, no sort) → one draw from a counter-based generator (seed, step, row). A token whose
-// probability equals a cut threshold is kept, so ties at a cut may keep a few more than top_k.
+// llama-server's order as the CPU sampler (runtime/sampler.cc): top-k, top-p and min-p cuts on the
+// temperature-1 distribution (each found as a probability threshold by bisection on the f32 bit pattern, no
+// sort; top-p's mass is that of the top-k survivors, min-p is relative to the largest), then the temperature
+// on the survivors → one draw from a counter-based generator (seed, step, row). A token whose probability
+// equals a cut threshold is kept, so ties at a cut may keep a few more than top_k.
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -57,13 +59,13 @@ __global__ void __launch_bounds__(kThreads)
     return;
   }
   float* p = scratch + r * V;
-  // Unnormalised probabilities p = exp((l − max) / T): the largest is exactly 1.
+  // Unnormalised temperature-1 probabilities p = exp(l − max): the largest is exactly 1.
   float mx = -INFINITY;
   for (int64_t i = threadIdx.x; i < V; i += kThreads) mx = fmaxf(mx, l[i]);
   mx = block_reduce_max(mx, red);
-  for (int64_t i = threadIdx.x; i < V; i += kThreads) p[i] = expf((l[i] - mx) / sp.temperature);
+  for (int64_t i = threadIdx.x; i < V; i += kThreads) p[i] = expf(l[i] - mx);
   __syncthreads();
-  float cut = sp.min_p > 0.0f ? sp.min_p : 0.0f;  // min-p: p ≥ min_p · p_max, p_max = 1
+  float cut = 0.0f;
   // Bisection over positive floats (their bit patterns are ordered) for the largest τ with pred(τ).
   auto largest = [&](auto pred) {
     uint32_t lo = 0, hi = 0x3F800000u;  // τ in [0, 1]
@@ -96,11 +98,16 @@ __global__ void __launch_bounds__(kThreads)
     });
     cut = fmaxf(cut, tp);
   }
+  if (sp.min_p > 0.0f) cut = fmaxf(cut, sp.min_p);  // min-p: p ≥ min_p · p_max, p_max = 1
+  // The temperature on the survivors: their draw weights exp((l − max) / T); the cut tokens weigh 0.
+  for (int64_t i = threadIdx.x; i < V; i += kThreads)
+    p[i] = p[i] >= cut ? expf((l[i] - mx) / sp.temperature) : 0.0f;
+  __syncthreads();
   // Inverse CDF over the kept tokens in index order: contiguous chunks per thread, a scan of chunk sums.
   const int64_t chunk = (V + kThreads - 1) / kThreads, c0 = threadIdx.x * chunk;
   const int64_t c1 = c0 + chunk < V ? c0 + chunk : V;
   float own = 0.0f;
-  for (int64_t i = c0; i < c1; ++i) own += p[i] >= cut ? p[i] : 0.0f;
+  for (int64_t i = c0; i < c1; ++i) own += p[i];
   chunk_sum[threadIdx.x] = own;
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -122,7 +129,7 @@ __global__ void __launch_bounds__(kThreads)
     float run = before;
     int64_t pick = -1;
     for (int64_t i = c0; i < c1; ++i)
-      if (p[i] >= cut) {
+      if (p[i] > 0.0f) {
         pick = i;  // the last kept token absorbs rounding at the chunk end
         run += p[i];
         if (target < run) break;
@@ -134,7 +141,7 @@ __global__ void __launch_bounds__(kThreads)
     int pick = si[0];
     if (pick < 0)  // rounding put the target past the last chunk: take the last kept token
       for (int64_t i = V - 1; i >= 0; --i)
-        if (p[i] >= cut) {
+        if (p[i] > 0.0f) {
           pick = static_cast<int>(i);
           break;
         }
