@@ -13,7 +13,9 @@ namespace bloomery::cuda {
 namespace {
 
 constexpr int kThreads = 128, kTile = 128, kMaxDvPerThread = 4;  // dv ≤ 512
-constexpr int64_t kSplitKeys = 512;                              // keys per split in split-KV decode
+// Keys per split in split-KV decode: one tile, so a decode step's (head, split) blocks fill the card even at
+// a few thousand keys (a block walks its tiles one after another; measured on H200, docs/performance.md).
+constexpr int64_t kSplitKeys = 128;
 constexpr int kMaxSplits = 64;
 
 __global__ void __launch_bounds__(kThreads)
