@@ -126,7 +126,8 @@ class Backend : public virtual FamilyOps {
 
   // ---- step graphs ---------------------------------------------------------------------------------------
   // begin_step(key) … end_step() bracket the ops of one decode step so that a backend may record them once
-  // per step shape `key` and replay the recording (the CUDA backend's graph mode, BLOOMERY_CUDA_GRAPHS=1).
+  // per step shape `key` and replay the recording (the CUDA backend's graph mode, on unless
+  // BLOOMERY_CUDA_GRAPHS=0).
   // Between the two calls nothing may read device results on the host; the step's results are there once
   // end_step returns. abort_step() drops a step whose ops threw. Default: nothing (every op runs as called).
   virtual void begin_step(uint64_t key) {}

@@ -60,6 +60,8 @@ int32_t sample_filtered(std::span<const float> logits, const SamplerConfig& c, s
   double total = 0.0;
   for (size_t i = 0; i < keep; ++i)
     total += probs[i] = std::exp((static_cast<double>(logits[order[i]]) - top) / c.temperature);
+  // A uniform draw from the raw 64-bit stream (not std::uniform_real_distribution, whose algorithm differs
+  // between standard libraries), so a seed gives the same tokens everywhere.
   const double u = static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0) * total;
   double cum = 0.0;
   for (size_t i = 0; i < keep; ++i) {

@@ -27,6 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 using gputest::random_bytes;
 using gputest::random_e4m3;
+using gputest::ScopedEnv;
 
 std::vector<uint32_t> bits(const std::vector<float>& v) {
   std::vector<uint32_t> b(v.size());
@@ -57,18 +58,6 @@ std::string error_id(const std::function<void()>& f) {
   }
   return "none";
 }
-
-// Sets an environment variable for one scope.
-struct ScopedEnv {
-  std::string name;
-  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
-    if (value)
-      setenv(name.c_str(), value, 1);
-    else
-      unsetenv(name.c_str());
-  }
-  ~ScopedEnv() { unsetenv(name.c_str()); }
-};
 
 fs::path models_dir() {
   const char* env = std::getenv("BLOOMERY_SOURCE_DIR");

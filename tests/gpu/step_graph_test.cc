@@ -24,33 +24,7 @@ namespace bloomery {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Sets (or, with nullptr, unsets) an environment variable for one scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* was = std::getenv(name);
-    had_ = was != nullptr;
-    if (had_) saved_ = was;
-    if (value) {
-      setenv(name, value, 1);
-    } else {
-      unsetenv(name);
-    }
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, saved_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string saved_;
-};
+using gputest::ScopedEnv;
 
 // A CUDA backend with graph mode on or off (read from the environment at construction), whatever the
 // environment the suite runs in (scripts/gpu-check-all.sh runs it with BLOOMERY_CUDA_GRAPHS=0 and =1);
