@@ -17,8 +17,11 @@ namespace bloomery::cuda {
 
 void* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
-    // cudaFree synchronises (no queued kernel still reads it); a recorded step's nodes may, until it ran.
-    if (ptr_) free_after_step(graphs_, [p = ptr_] { BLOOMERY_CUDA_CHECK(cudaFree(p), "scratch free"); });
+    if (ptr_ && graphs_ && graphs_->in_step()) {
+      graphs_->defer([p = ptr_] { BLOOMERY_CUDA_CHECK(cudaFree(p), "scratch free (after a graph step)"); });
+    } else if (ptr_) {
+      BLOOMERY_CUDA_CHECK(cudaFree(ptr_), "scratch free");  // synchronises: no kernel still reads it
+    }
     ptr_ = nullptr;
     const size_t want = std::max(bytes, bytes_ * 2);
     BLOOMERY_CUDA_CHECK(cudaMalloc(&ptr_, want), "scratch alloc " + std::to_string(want) + " bytes");

@@ -117,31 +117,20 @@ void StepGraphs::begin(cudaStream_t s, uint64_t key) {
   in_step_ = true;
   segment_ = 0;
   layers_ = 0;
-  if (current_->mode == Mode::Capture) start_capture(s);
-}
-
-void StepGraphs::start_capture(cudaStream_t s) {
-  capture_start_ = now_s();
-  BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
-  capturing_ = true;
-}
-
-void StepGraphs::keep_eager() {
-  current_->mode = Mode::Eager;
-  ++stats_.eager_keys;
-}
-
-void StepGraphs::give_up(cudaError_t e, const char* call, const char* what) {
-  keep_eager();
-  in_step_ = false;
-  cuda_fail(e, call, what, __FILE__, __LINE__);
+  if (current_->mode == Mode::Capture) {
+    capture_start_ = now_s();
+    BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
+    capturing_ = true;
+  }
 }
 
 void StepGraphs::layer_done(cudaStream_t s) {
   if (!capturing_ || segment_layers_ <= 0 || ++layers_ < segment_layers_) return;
   layers_ = 0;
   launch_segment(s);
-  start_capture(s);
+  capture_start_ = now_s();
+  BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
+  capturing_ = true;
 }
 
 void StepGraphs::end(cudaStream_t s) {
@@ -156,11 +145,8 @@ void StepGraphs::end(cudaStream_t s) {
     return;
   }
   if (current_->mode == Mode::WarmUp) {
-    if (unsafe_op_) {
-      keep_eager();
-    } else {
-      current_->mode = Mode::Capture;
-    }
+    current_->mode = unsafe_op_ ? Mode::Eager : Mode::Capture;
+    if (unsafe_op_) ++stats_.eager_keys;
   }
   finish(s);
 }
@@ -171,7 +157,10 @@ void StepGraphs::launch_segment(cudaStream_t s) {
   const cudaError_t ended = cudaStreamEndCapture(s, &graph);
   if (ended != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
-    give_up(ended, "cudaStreamEndCapture", "step graph: end capture");
+    current_->mode = Mode::Eager;  // do not try this key again
+    ++stats_.eager_keys;
+    in_step_ = false;
+    cuda_fail(ended, "cudaStreamEndCapture", "step graph: end capture", __FILE__, __LINE__);
   }
   stats_.capture_s += now_s() - capture_start_;
   const cudaGraphExec_t exec = apply(graph);
@@ -197,6 +186,12 @@ cudaGraphExec_t StepGraphs::apply(cudaGraph_t graph) {
     } else {  // the same node count, another topology: build a new executable
       (void)cudaGetLastError();
       ++stats_.update_failures;
+      cudaKernelNodeParams kp{};
+      const char* name = nullptr;
+      if (info.errorNode && cudaGraphKernelNodeGetParams(info.errorNode, &kp) == cudaSuccess &&
+          cudaFuncGetName(&name, kp.func) == cudaSuccess)
+        stats_.last_refused = name;
+      (void)cudaGetLastError();
       cudaGraphExecDestroy(v->exec);
       v->exec = nullptr;
     }
@@ -216,7 +211,10 @@ cudaGraphExec_t StepGraphs::apply(cudaGraph_t graph) {
     cudaGraphDestroy(graph);
     if (built != cudaSuccess) {
       v->exec = nullptr;
-      give_up(built, "cudaGraphInstantiate", "step graph: instantiate");
+      current_->mode = Mode::Eager;
+      ++stats_.eager_keys;
+      in_step_ = false;
+      cuda_fail(built, "cudaGraphInstantiate", "step graph: instantiate", __FILE__, __LINE__);
     }
     ++stats_.instantiated;
     stats_.instantiate_s += now_s() - t0;
@@ -252,7 +250,8 @@ void StepGraphs::finish(cudaStream_t s) {
 void StepGraphs::not_capturable(const char* op) {
   if (!in_step_) return;
   if (capturing_) {
-    keep_eager();  // the next step of this shape runs eagerly
+    current_->mode = Mode::Eager;  // the next step of this shape runs eagerly
+    ++stats_.eager_keys;
     raise("E_CUDA_GRAPH", Where{"", "", op}, "ops that can be recorded in a CUDA graph step",
           std::string(op) + " (it read device data on the host); run with BLOOMERY_CUDA_GRAPHS=0");
   }
@@ -262,14 +261,6 @@ void StepGraphs::not_capturable(const char* op) {
 void StepGraphs::defer(std::function<void()> free_fn) {
   if (in_step_) {
     deferred_.push_back(std::move(free_fn));
-  } else {
-    free_fn();
-  }
-}
-
-void free_after_step(StepGraphs* graphs, std::function<void()> free_fn) {
-  if (graphs) {
-    graphs->defer(std::move(free_fn));
   } else {
     free_fn();
   }

@@ -69,6 +69,7 @@ struct StepGraphStats {
   // until the card finished the step.
   double capture_s = 0, update_s = 0, instantiate_s = 0, wait_s = 0;
   uint64_t update_failures = 0;  // updates refused (a topology change), each followed by an instantiation
+  const char* last_refused = nullptr;  // the kernel cudaGraphExecUpdate named in its last refusal
 };
 
 class StepGraphs {
@@ -121,10 +122,6 @@ class StepGraphs {
   void finish(cudaStream_t s);  // waits for the step, runs the deferred frees, leaves the step
   // Ends the current segment's capture and launches it (updating or instantiating its executable graph).
   void launch_segment(cudaStream_t s);
-  void start_capture(cudaStream_t s);
-  void keep_eager();  // this key runs eagerly from now on
-  // A capture or instantiation failed: the key turns eager, the step is left, E_CUDA names the call.
-  [[noreturn]] void give_up(cudaError_t e, const char* call, const char* what);
   cudaGraphExec_t apply(cudaGraph_t graph);  // the segment's executable graph, updated from `graph`
 
   bool enabled_ = false;
@@ -140,10 +137,6 @@ class StepGraphs {
   PinnedArena arena_;
   StepGraphStats stats_;
 };
-
-// Frees with `free_fn` once the running step of `graphs` has run (at once outside a step or without graphs):
-// captured nodes may still point at what a growing buffer gives up.
-void free_after_step(StepGraphs* graphs, std::function<void()> free_fn);
 
 // Graph mode: BLOOMERY_CUDA_GRAPHS = 1/on/true or 0/off/false (anything else is refused), unset: default.
 inline constexpr bool kStepGraphsByDefault = true;

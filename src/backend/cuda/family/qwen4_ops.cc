@@ -108,7 +108,7 @@ int64_t CudaBackend::qsa_index_select(Tensor& allowed, const Tensor& qi, const T
                           "qsa_index_select scores " + dims({tc, nb_max}));
   // In a captured step the count accumulates in the backend's counter and is read after the step.
   const bool deferred = graphs_.capturing();
-  std::shared_ptr<void> ties = deferred ? nullptr : pool_.get(sizeof(int), "qsa_index_select tie counter");
+  auto ties = pool_.get(sizeof(int), "qsa_index_select tie counter");
   int* dties = deferred ? graph_ties_ : static_cast<int*>(ties.get());
   if (!deferred)
     BLOOMERY_CUDA_CHECK(cudaMemsetAsync(dties, 0, sizeof(int), stream_), "qsa_index_select tie counter");

@@ -247,7 +247,7 @@ void HostTable::ensure_capacity(Slot& s, size_t bytes) {
   s.copy_pending = false;
   const size_t want = std::max(bytes, std::max<size_t>(s.capacity * 2, 64 * 1024));
   if (s.host)
-    free_after_step(graphs_, [p = s.host, n = name_] {
+    release([p = s.host, n = name_] {
       BLOOMERY_CUDA_CHECK(cudaFreeHost(p), "host table " + n + " staging free");
     });
   s.host = nullptr;
@@ -262,7 +262,7 @@ void HostTable::ensure_capacity(Slot& s, size_t bytes) {
 void HostTable::ensure_device(size_t bytes) {
   if (dev_capacity_ >= bytes) return;
   if (dev_)  // cudaFree synchronises: nothing still reads it
-    free_after_step(graphs_, [p = dev_, n = name_] {
+    release([p = dev_, n = name_] {
       BLOOMERY_CUDA_CHECK(cudaFree(p), "host table " + n + " device buffer free");
     });
   dev_ = nullptr;
@@ -270,6 +270,14 @@ void HostTable::ensure_device(size_t bytes) {
   BLOOMERY_CUDA_CHECK(cudaMalloc(&dev_, want),
                       "host table " + name_ + " device buffer " + std::to_string(want));
   dev_capacity_ = want;
+}
+
+void HostTable::release(std::function<void()> free_fn) {
+  if (graphs_) {
+    graphs_->defer(std::move(free_fn));  // runs at once outside a step
+  } else {
+    free_fn();
+  }
 }
 
 Slot& HostTable::free_slot(size_t bytes) {

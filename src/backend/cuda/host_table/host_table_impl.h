@@ -86,6 +86,8 @@ class HostTable {
   // A slot with no unconsumed prefetch and room for `bytes` (evicts the oldest prefetch if all are taken).
   Slot& free_slot(size_t bytes);
   bool busy(const Slot& s) const { return graphs_ && graphs_->running(s.busy_epoch); }
+  // cudaFree / cudaFreeHost now, or after the running graph step.
+  void release(std::function<void()> free_fn);
   void ensure_capacity(Slot& s, size_t bytes);
   void ensure_device(size_t bytes);
   // Shard of a global row and the row inside it.
