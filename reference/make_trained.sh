@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one command that retrains the three tiny trained models and rewrites tests/fixtures/trained/
+# (reference/trained/, docs/accuracy.md). Needs python3 with torch 2.11, transformers 5.17, tokenizers 0.23.2,
+# numpy and one CUDA device (the GPU machine's image; no network).
+#   bash reference/make_trained.sh OUT_DIR [--smoke]
+# The three families train at once, one process each, on the one device (each takes ~1/3 of the card; the
+# models are tiny and launch-bound). Writes OUT_DIR/gen/tests/fixtures/trained/... and OUT_DIR/trained.tar.
+# Unpack into a checkout with:  tar -C <repo> -xf OUT_DIR/trained.tar
+set -euo pipefail
+OUT=$(mkdir -p "${1:?usage: make_trained.sh OUT_DIR [--smoke]}" && cd "$1" && pwd)
+MODE=${2:-}
+HERE=$(cd "$(dirname "$0")" && pwd)
+PY=${PYTHON:-python3}
+export PYTHONUNBUFFERED=1 PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false
+cd "$HERE"
+"$PY" -c 'import torch, transformers, tokenizers; print("torch", torch.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "cuda", torch.cuda.is_available())'
+rm -rf "$OUT/gen/tests/fixtures/trained"
+args=()
+[ "$MODE" = "--smoke" ] && args+=(--smoke)
+[ -n "${MAX_SECONDS:-}" ] && args+=(--max-seconds "$MAX_SECONDS")
+pids=()
+for fam in qwen3_next qwen4_exp glm5_next; do
+  "$PY" -m trained.train "$OUT/gen" --family "$fam" "${args[@]}" > "$OUT/train-$fam.log" 2>&1 &
+  pids+=($!)
+done
+status=0
+i=0
+for fam in qwen3_next qwen4_exp glm5_next; do
+  if wait "${pids[$i]}"; then echo "PASS $fam (log: $OUT/train-$fam.log)"; else echo "FAIL $fam (log: $OUT/train-$fam.log)"; status=1; fi
+  grep -E '^(PASS|FAIL|NOTE)|held-out PPL|parameters|trained ' "$OUT/train-$fam.log" | sed "s/^/  /" || true
+  i=$((i + 1))
+done
+if [ -d "$OUT/gen/tests/fixtures/trained" ]; then
+  (cd "$OUT/gen/tests/fixtures/trained" && find . -type f ! -name MANIFEST.sha256 | sort | xargs sha256sum > MANIFEST.sha256)
+  (cd "$OUT/gen" && tar -cf "$OUT/trained.tar" tests/fixtures/trained)
+  echo "trained folders: $(du -sh "$OUT/gen/tests/fixtures/trained" | cut -f1) -> $OUT/trained.tar"
+fi
+[ $status -eq 0 ] && echo "ALL PASS" || echo "SOME FAIL"
+exit $status

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# ON the GPU machine (repo root): trains the three tiny models, exports them and their goldens (issue 14).
+#   device run: command `bash scripts/gpu/trained.sh --smoke` (about 1 min), then `bash scripts/gpu/trained.sh`
+#   (about 6 min: 3-4 min training, the rest export + goldens). No carry needed for this part.
+# With the bundle carried (scripts/device-bundle.sh bloomery; carry [".devcarry"]) it also measures the
+# trained folders with `bloomery perplexity` on the CPU and CUDA engines into $OUT/trained-ppl.txt.
+# Results: $OUT/trained.tar (tests/fixtures/trained/...), $OUT/train-<family>.log. Unpack with
+#   tar -C <repo> -xf <files_at>/trained.tar
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/trained-out}
+mkdir -p "$out"
+status=0
+bash reference/make_trained.sh "$out/work" "${1:-}" 2>&1 | tee "$out/make_trained.log" || status=1
+cp "$out/work"/train-*.log "$out/" 2>/dev/null || true
+[ -f "$out/work/trained.tar" ] && mv "$out/work/trained.tar" "$out/trained.tar"
+bin=.devcarry/bundle/bin/bloomery
+if [ -x "$bin" ] && [ -d "$out/work/gen/tests/fixtures/trained" ]; then
+  export LD_LIBRARY_PATH="$PWD/.devcarry/bundle/lib:${LD_LIBRARY_PATH:-}"
+  for d in "$out"/work/gen/tests/fixtures/trained/*-*/; do
+    name=$(basename "$d")
+    [ "$name" = goldens ] && continue
+    # CPU first writes its logits; CUDA then reports PPL and its KL / top-1 against the CPU engine.
+    echo "== $name cpu" >> "$out/trained-ppl.txt"
+    "$bin" perplexity -m "$d" -f reference/trained/corpus/heldout.txt --ctx 128 --chunks 64 --backend cpu \
+      --kl-divergence-base "/tmp/$name.kld" >> "$out/trained-ppl.txt" 2>&1 || echo "FAIL perplexity $name cpu" >> "$out/trained-ppl.txt"
+    echo "== $name cuda (KL against the cpu run)" >> "$out/trained-ppl.txt"
+    "$bin" perplexity -m "$d" -f reference/trained/corpus/heldout.txt --ctx 128 --chunks 64 --backend cuda \
+      --kl-divergence "/tmp/$name.kld" >> "$out/trained-ppl.txt" 2>&1 || echo "FAIL perplexity $name cuda" >> "$out/trained-ppl.txt"
+    rm -f "/tmp/$name.kld"
+  done
+  cat "$out/trained-ppl.txt"
+fi
+rm -rf "$out/work/gen"
+exit $status
