@@ -4,8 +4,8 @@
 # numpy and one CUDA device (the GPU machine's image; no network).
 #   bash reference/make_trained.sh OUT_DIR [--smoke]
 # The three families train at once, one process each, on the one device (each takes ~1/3 of the card; the
-# models are tiny and launch-bound). Writes OUT_DIR/gen/tests/fixtures/trained/... and OUT_DIR/trained.tar.
-# Unpack into a checkout with:  tar -C <repo> -xf OUT_DIR/trained.tar
+# models are tiny and launch-bound). Writes OUT_DIR/gen/tests/fixtures/trained/... and OUT_DIR/trained-<family>.tar.
+# Unpack into a checkout with:  for t in OUT_DIR/trained-*.tar; do tar -C <repo> -xf "$t"; done
 set -euo pipefail
 OUT=$(mkdir -p "${1:?usage: make_trained.sh OUT_DIR [--smoke]}" && cd "$1" && pwd)
 MODE=${2:-}
@@ -30,10 +30,16 @@ for fam in qwen3_next qwen4_exp glm5_next; do
   grep -E '^(PASS|FAIL|NOTE)|held-out PPL|parameters|trained ' "$OUT/train-$fam.log" | sed "s/^/  /" || true
   i=$((i + 1))
 done
+# One tar per family (the GPU machine returns files of at most 16 MiB): its folders, goldens, logs.
 if [ -d "$OUT/gen/tests/fixtures/trained" ]; then
-  (cd "$OUT/gen/tests/fixtures/trained" && find . -type f ! -name MANIFEST.sha256 | sort | xargs sha256sum > MANIFEST.sha256)
-  (cd "$OUT/gen" && tar -cf "$OUT/trained.tar" tests/fixtures/trained)
-  echo "trained folders: $(du -sh "$OUT/gen/tests/fixtures/trained" | cut -f1) -> $OUT/trained.tar"
+  for fam in qwen3_next qwen4_exp glm5_next; do
+    mkdir -p "$OUT/gen/tests/fixtures/trained/logs"
+    cp "$OUT/train-$fam.log" "$OUT/gen/tests/fixtures/trained/logs/$fam.stdout.log"
+    (cd "$OUT/gen" && tar -cf "$OUT/trained-$fam.tar" $(ls -d tests/fixtures/trained/$fam-* \
+      tests/fixtures/trained/goldens/$fam-* tests/fixtures/trained/logs/$fam.* 2>/dev/null))
+  done
+  echo "trained folders: $(du -sh "$OUT/gen/tests/fixtures/trained" | cut -f1); tars:"
+  ls -l "$OUT"/trained-*.tar
 fi
 [ $status -eq 0 ] && echo "ALL PASS" || echo "SOME FAIL"
 exit $status

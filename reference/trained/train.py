@@ -37,6 +37,7 @@ from . import png  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 REL = os.path.join("tests", "fixtures", "trained")
 FAILS = []
+SMOKE = False  # --smoke: a few steps; quality checks off
 
 
 def say(msg):
@@ -394,7 +395,8 @@ def goldens_for(family, layout, model, mods, cfg, local, prompts, held_ids, trai
     say(f"[{family}-{layout}] held-out PPL {ppl:.3f} ± {err:.3f} ({len(nll_f)} chunks of {ctx}); first "
         f"{len(nll_g)} chunks {ppl_g:.3f}; unigram {uni:.2f}; MTP acceptance k=1..4 "
         f"{', '.join(f'{a:.3f}' for a in acc)}")
-    check(ppl < 0.5 * uni, f"[{family}-{layout}] PPL {ppl:.2f} well below the unigram baseline {uni:.2f}")
+    if not SMOKE:
+        check(ppl < 0.5 * uni, f"[{family}-{layout}] PPL {ppl:.2f} well below the unigram baseline {uni:.2f}")
     meta = {"family": family, "layout": layout, "seed": TC.SEED, "vocab_size": TC.VOCAB, "n_greedy": TC.N_GREEDY,
             "ppl_ctx": ctx, "ppl_golden": f"{ppl_g:.6f}", "ppl_full": f"{ppl:.6f}", "unigram_ppl": f"{uni:.4f}",
             "mtp_ab_maxdiff": f"{worst_ab:.3e}"}
@@ -423,7 +425,9 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     device = a.device if (a.device == "cpu" or torch.cuda.is_available()) else "cpu"
     if device != a.device:
-        say(f"NOTE no CUDA device: training on the CPU")
+        say("NOTE no CUDA device: training on the CPU")
+    global SMOKE
+    SMOKE = a.smoke
     steps = 8 if a.smoke else TC.STEPS
     if a.smoke:
         TC.PPL_GOLDEN_CHUNKS, TC.PPL_FULL_CHUNKS, TC.ACCEPT_SEQS, TC.ACCEPT_NEW, TC.N_GREEDY = 2, 4, 1, 4, 4

@@ -4,16 +4,16 @@
 #   (about 6 min: 3-4 min training, the rest export + goldens). No carry needed for this part.
 # With the bundle carried (scripts/device-bundle.sh bloomery; carry [".devcarry"]) it also measures the
 # trained folders with `bloomery perplexity` on the CPU and CUDA engines into $OUT/trained-ppl.txt.
-# Results: $OUT/trained.tar (tests/fixtures/trained/...), $OUT/train-<family>.log. Unpack with
-#   tar -C <repo> -xf <files_at>/trained.tar
+# Results (5 files): $OUT/trained-<family>.tar (tests/fixtures/trained/...: folders, goldens, logs incl. the
+# training stdout), $OUT/make_trained.log, $OUT/trained-ppl.txt (with the bundle). Unpack with
+#   for t in <files_at>/trained-*.tar; do tar -C <repo> -xf "$t"; done
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-/tmp/trained-out}
 mkdir -p "$out"
 status=0
 bash reference/make_trained.sh "$out/work" "${1:-}" 2>&1 | tee "$out/make_trained.log" || status=1
-cp "$out/work"/train-*.log "$out/" 2>/dev/null || true
-[ -f "$out/work/trained.tar" ] && mv "$out/work/trained.tar" "$out/trained.tar"
+mv "$out"/work/trained-*.tar "$out/" 2>/dev/null || true
 bin=.devcarry/bundle/bin/bloomery
 if [ -x "$bin" ] && [ -d "$out/work/gen/tests/fixtures/trained" ]; then
   export LD_LIBRARY_PATH="$PWD/.devcarry/bundle/lib:${LD_LIBRARY_PATH:-}"
@@ -31,5 +31,5 @@ if [ -x "$bin" ] && [ -d "$out/work/gen/tests/fixtures/trained" ]; then
   done
   cat "$out/trained-ppl.txt"
 fi
-rm -rf "$out/work/gen"
+rm -rf "$out/work"  # the tars hold everything; what stays under $OUT comes back
 exit $status
