@@ -412,7 +412,7 @@ def main():
     ap.add_argument("out_root")
     ap.add_argument("--family", required=True, choices=C.FAMILIES)
     ap.add_argument("--smoke", action="store_true", help="a few steps and small evaluations (checks it runs)")
-    ap.add_argument("--max-seconds", type=float, default=240.0, help="training wall budget (stops early)")
+    ap.add_argument("--max-seconds", type=float, default=200.0, help="training wall budget in seconds (stops early, logged)")
     ap.add_argument("--device", default="cuda")
     a = ap.parse_args()
     fam = a.family
