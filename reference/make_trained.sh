@@ -30,16 +30,20 @@ for fam in qwen3_next qwen4_exp glm5_next; do
   grep -E '^(PASS|FAIL|NOTE)|held-out PPL|parameters|trained ' "$OUT/train-$fam.log" | sed "s/^/  /" || true
   i=$((i + 1))
 done
-# One tar per family (the GPU machine returns files of at most 16 MiB): its folders, goldens, logs.
+# One tar per family (the GPU machine returns files of at most 16 MiB): its folders, goldens, logs. A smoke
+# run's tars are named smoke-trained-*.tar: they only show that everything runs; never commit them.
+prefix=
+[ "$MODE" = "--smoke" ] && prefix=smoke-
 if [ -d "$OUT/gen/tests/fixtures/trained" ]; then
   for fam in qwen3_next qwen4_exp glm5_next; do
     mkdir -p "$OUT/gen/tests/fixtures/trained/logs"
     cp "$OUT/train-$fam.log" "$OUT/gen/tests/fixtures/trained/logs/$fam.stdout.log"
-    (cd "$OUT/gen" && tar -cf "$OUT/trained-$fam.tar" $(ls -d tests/fixtures/trained/$fam-* \
-      tests/fixtures/trained/goldens/$fam-* tests/fixtures/trained/logs/$fam.* 2>/dev/null))
+    (cd "$OUT/gen" && tar -cf "$OUT/${prefix}trained-$fam.tar" $(ls -d tests/fixtures/trained/$fam-* \
+      tests/fixtures/trained/goldens/$fam-* tests/fixtures/trained/logs/$fam.* 2>/dev/null)) ||
+      echo "FAIL no outputs to pack for $fam"
   done
   echo "trained folders: $(du -sh "$OUT/gen/tests/fixtures/trained" | cut -f1); tars:"
-  ls -l "$OUT"/trained-*.tar
+  ls -l "$OUT"/*trained-*.tar || true
 fi
 [ $status -eq 0 ] && echo "ALL PASS" || echo "SOME FAIL"
 exit $status

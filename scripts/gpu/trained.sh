@@ -13,7 +13,7 @@ out=${OUT:-/tmp/trained-out}
 mkdir -p "$out"
 status=0
 bash reference/make_trained.sh "$out/work" "${1:-}" 2>&1 | tee "$out/make_trained.log" || status=1
-mv "$out"/work/trained-*.tar "$out/" 2>/dev/null || true
+mv "$out"/work/*trained-*.tar "$out/" 2>/dev/null || true
 bin=.devcarry/bundle/bin/bloomery
 if [ -x "$bin" ] && [ -d "$out/work/gen/tests/fixtures/trained" ]; then
   export LD_LIBRARY_PATH="$PWD/.devcarry/bundle/lib:${LD_LIBRARY_PATH:-}"
