@@ -3,7 +3,8 @@
 usage: check_perplexity.py BLOOMERY SOURCE_DIR WORK_DIR
 1. per-token NLL equals -log_softmax of the logits `bloomery run --logits-out` writes for the same prefix, and
    PPL = exp(mean NLL) as printed; 2. KL of a model against its own saved base is 0 with 100 % same top token;
-3. a quantised layout against the BF16 base of its family has KL > 0; 4. a base of another --ctx is refused
+3. a quantised layout against the BF16 base of its family has KL > 0, and mean/max KL and same-top share equal
+a Python computation over the two saved bases; 4. a base of another --ctx is refused
 (E_KLD_MISMATCH); 5. a text shorter than one window is refused (E_PPL_TOO_SHORT).
 """
 import json
@@ -88,6 +89,30 @@ run("perplexity", "-m", QUANT, "-f", text, "--ctx", str(CTX), "--chunks", str(CH
 q = json.load(open(js3))
 check(q["kld_mean"] > 1e-6 and math.isfinite(q["kld_mean"]) and q["kld_max"] >= q["kld_mean"],
       f"modelopt-mixed against the bf16 base: mean KL {q['kld_mean']:.3e} > 0, max {q['kld_max']:.3e}")
+# ...and its mean / max KL and same-top share equal a Python computation over the two saved bases
+qbase = os.path.join(WORK, "quant.kld")
+run("perplexity", "-m", QUANT, "-f", text, "--ctx", str(CTX), "--chunks", str(CHUNKS), "--kl-divergence-base",
+    qbase, "--no-progress", "-t", "2")
+
+
+def rows(path):
+    raw = open(path, "rb").read()
+    check(raw[:8] == b"BLMKLD1\0", f"{os.path.basename(path)}: base file magic")
+    ctx, vocab, chunks = struct.unpack("<3I", raw[8:20])
+    off = 20 + 4 * ctx * chunks
+    n = (len(raw) - off) // (4 * vocab)
+    check(n == chunks * (ctx - 1 - ctx // 2) and len(raw) == off + 4 * vocab * n, f"{n} rows of {vocab} log-probs")
+    return [struct.unpack_from(f"<{vocab}f", raw, off + 4 * vocab * r) for r in range(n)]
+
+
+kls, same = [], 0
+for b, t in zip(rows(base), rows(qbase)):
+    kls.append(sum(math.exp(x) * (x - y) for x, y in zip(b, t)))
+    same += max(range(len(b)), key=b.__getitem__) == max(range(len(t)), key=t.__getitem__)
+mean_kl = sum(kls) / len(kls)
+check(abs(mean_kl - q["kld_mean"]) <= 1e-5 * max(1.0, mean_kl) and abs(max(kls) - q["kld_max"]) <= 1e-5,
+      f"mean KL {q['kld_mean']:.6f} / max {q['kld_max']:.6f} equal Python's {mean_kl:.6f} / {max(kls):.6f}")
+check(abs(same / len(kls) - q["same_top"]) < 1e-12, f"same top token {q['same_top']:.4f} equals Python's")
 # 4. mismatching base, 5. too short a text
 p = run("perplexity", "-m", FOLDER, "-f", text, "--ctx", str(2 * CTX), "--chunks", "1", "--kl-divergence", base,
         "--no-progress", ok=False)
