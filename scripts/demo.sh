@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install dependencies, build, and run bloomery on a bundled tiny
 # model. With the trained models present (tests/fixtures/trained/, made by reference/make_trained.sh) it runs
-# the trained FP4-Local qwen4_exp (an under-2 M-parameter model trained on the King James Bible: small, so expect
+# the trained FP4-Local qwen4_exp (a ~1.5 M-parameter model trained on the King James Bible: small, so expect
 # scripture-flavoured English, not answers): a greedy continuation, then one chat reply served by
 # bloomery-serve. Without them it inspects and runs the random-weight fixture (gibberish by design).
 # MODEL=<folder> picks another checkpoint folder.
