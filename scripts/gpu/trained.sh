@@ -3,7 +3,8 @@
 #   device run: command `bash scripts/gpu/trained.sh --smoke` (about 1 min), then `bash scripts/gpu/trained.sh`
 #   (about 6 min: 3-4 min training, the rest export + goldens). No carry needed for this part.
 # With the bundle carried (scripts/device-bundle.sh bloomery; carry [".devcarry"]) it also measures the
-# trained folders with `bloomery perplexity` on the CPU and CUDA engines into $OUT/trained-ppl.txt.
+# trained folders with `bloomery perplexity` on the CPU and CUDA engines into $OUT/trained-ppl.txt (the same
+# 256 windows of 128 as the f32 reference in logs/<family>.json; table: reference/trained/report.py).
 # Results (5 files): $OUT/trained-<family>.tar (tests/fixtures/trained/...: folders, goldens, logs incl. the
 # training stdout), $OUT/make_trained.log, $OUT/trained-ppl.txt (with the bundle). Unpack with
 #   for t in <files_at>/trained-*.tar; do tar -C <repo> -xf "$t"; done
@@ -22,10 +23,10 @@ if [ -x "$bin" ] && [ -d "$out/work/gen/tests/fixtures/trained" ]; then
     [ "$name" = goldens ] && continue
     # CPU first writes its logits; CUDA then reports PPL and its KL / top-1 against the CPU engine.
     echo "== $name cpu" >> "$out/trained-ppl.txt"
-    "$bin" perplexity -m "$d" -f reference/trained/corpus/heldout.txt --ctx 128 --chunks 64 --backend cpu \
+    "$bin" perplexity -m "$d" -f reference/trained/corpus/heldout.txt --ctx 128 --chunks 256 --backend cpu \
       --kl-divergence-base "/tmp/$name.kld" >> "$out/trained-ppl.txt" 2>&1 || echo "FAIL perplexity $name cpu" >> "$out/trained-ppl.txt"
     echo "== $name cuda (KL against the cpu run)" >> "$out/trained-ppl.txt"
-    "$bin" perplexity -m "$d" -f reference/trained/corpus/heldout.txt --ctx 128 --chunks 64 --backend cuda \
+    "$bin" perplexity -m "$d" -f reference/trained/corpus/heldout.txt --ctx 128 --chunks 256 --backend cuda \
       --kl-divergence "/tmp/$name.kld" >> "$out/trained-ppl.txt" 2>&1 || echo "FAIL perplexity $name cuda" >> "$out/trained-ppl.txt"
     rm -f "/tmp/$name.kld"
   done
