@@ -212,7 +212,7 @@ def train(family, model, mods, cfg, stream, steps, max_seconds, device, log):
         if step % 10 == 0 or step == steps - 1:
             lm_, ld_ = float(loss_main), float(loss_draft)
             if not (math.isfinite(lm_) and math.isfinite(ld_)):
-                raise RuntimeError(f"loss is not finite at step {step}: main {lm_} draft {ld_}")
+                raise ValueError(f"loss is not finite at step {step}: main {lm_} draft {ld_}")
             hist.append((step, lm_, ld_))
             line = (f"[{family}] step {step:5d} loss {lm_:.4f} draft {ld_:.4f} grad {float(gn):.3f} "
                     f"lr {lr_at(step, steps):.2e} {time.time() - t0:6.1f}s")
@@ -459,7 +459,19 @@ def main():
         model.to(device)
         mods.to(device)
         with open(os.path.join(logdir, f"{fam}.log"), "w") as log:
-            hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
+            try:
+                hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
+            except RuntimeError:
+                if device == "cpu":
+                    raise
+                # A module that keeps a host tensor outside its buffers breaks the device forward: say so
+                # loudly and train on the CPU instead (fewer steps in the same wall budget) rather than nothing.
+                say(f"NOTE [{fam}] training on {device} failed, falling back to the CPU:\n{traceback.format_exc()}")
+                device = "cpu"
+                torch.set_num_threads(5)
+                model.to(device)
+                mods.to(device)
+                hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
         say(f"[{fam}] trained {done} steps in {secs:.1f}s; last loss {hist[-1][1]:.4f}, draft {hist[-1][2]:.4f}")
         if not a.smoke:
             check(hist[-1][1] < 0.6 * hist[0][1], f"[{fam}] loss fell from {hist[0][1]:.3f} to {hist[-1][1]:.3f}")
