@@ -19,13 +19,13 @@ args=()
 [ "$MODE" = "--smoke" ] && args+=(--smoke)
 [ -n "${MAX_SECONDS:-}" ] && args+=(--max-seconds "$MAX_SECONDS")
 pids=()
-for fam in qwen3_next qwen4_exp glm5_next; do
+for fam in ${FAMILIES:-qwen3_next qwen4_exp glm5_next}; do
   "$PY" -m trained.train "$OUT/gen" --family "$fam" "${args[@]}" > "$OUT/train-$fam.log" 2>&1 &
   pids+=($!)
 done
 status=0
 i=0
-for fam in qwen3_next qwen4_exp glm5_next; do
+for fam in ${FAMILIES:-qwen3_next qwen4_exp glm5_next}; do
   if wait "${pids[$i]}"; then echo "PASS $fam (log: $OUT/train-$fam.log)"; else echo "FAIL $fam (log: $OUT/train-$fam.log)"; status=1; fi
   grep -E '^(PASS|FAIL|NOTE)|held-out PPL|parameters|trained ' "$OUT/train-$fam.log" | sed "s/^/  /" || true
   i=$((i + 1))

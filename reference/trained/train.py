@@ -196,17 +196,23 @@ def train(family, model, mods, cfg, stream, steps, max_seconds, device, log):
     for step in range(steps):
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps)
-        off = torch.from_numpy(rng.integers(0, len(stream) - T - 1, TC.BATCH)).to(device)
-        x = data[off[:, None] + torch.arange(T, device=device)[None]]
-        logits = model(input_ids=x, use_cache=False).logits
-        V = logits.shape[-1]
-        loss_main = F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), x[:, 1:].reshape(-1))
-        h = store["h"].detach()
-        dlog, _ = draft_forward(family, model, mods, cfg, h[:, : T - 1], x[:, 1:])
-        loss_draft = F.cross_entropy(dlog[:, : T - 2].reshape(-1, V).float(), x[:, 2:].reshape(-1))
-        loss = loss_main + TC.DRAFT_LOSS_WEIGHT * loss_draft
+        batch = family_batch(family)
+        off = torch.from_numpy(rng.integers(0, len(stream) - T - 1, batch)).to(device)
+        xs = data[off[:, None] + torch.arange(T, device=device)[None]]
         opt.zero_grad(set_to_none=True)
-        loss.backward()
+        mb = micro_batch(family, batch)
+        loss_main = loss_draft = 0.0
+        for m0 in range(0, batch, mb):  # gradient accumulation where the reference forward takes batch 1
+            x = xs[m0:m0 + mb]
+            logits = model(input_ids=x, use_cache=False).logits
+            V = logits.shape[-1]
+            lm = F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), x[:, 1:].reshape(-1))
+            h = store["h"].detach()
+            dlog, _ = draft_forward(family, model, mods, cfg, h[:, : T - 1], x[:, 1:])
+            ld = F.cross_entropy(dlog[:, : T - 2].reshape(-1, V).float(), x[:, 2:].reshape(-1))
+            ((lm + TC.DRAFT_LOSS_WEIGHT * ld) * (x.shape[0] / batch)).backward()
+            loss_main = loss_main + lm.detach() * (x.shape[0] / batch)
+            loss_draft = loss_draft + ld.detach() * (x.shape[0] / batch)
         gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % 10 == 0 or step == steps - 1:
@@ -232,7 +238,18 @@ def train(family, model, mods, cfg, stream, steps, max_seconds, device, log):
 # ------------------------------------------------------------------------------------------- evaluation
 
 
-def chunk_nll(model, ids, device, n_chunks):
+def micro_batch(family, batch):
+    """transformers' qwen4_exp QSA indexer indexes its visible-token table with batch 0 only (IndexError for
+    a batch of 2 or more), so that family runs its forwards one sequence at a time."""
+    return 1 if family == "qwen4_exp" else batch
+
+
+def family_batch(family):
+    """Sequences per optimiser step: qwen4_exp's one-at-a-time forwards get a smaller batch to fit the budget."""
+    return 8 if family == "qwen4_exp" else TC.BATCH
+
+
+def chunk_nll(model, ids, device, n_chunks, family=None):
     """llama-perplexity's scoring: non-overlapping windows of PPL_CTX tokens, each scoring the tokens of its
     second half (row j predicts token j+1 for j in [ctx/2, ctx-1)). Returns nll [chunks, ctx - 1 - ctx/2]."""
     import torch
@@ -242,8 +259,9 @@ def chunk_nll(model, ids, device, n_chunks):
     first = ctx // 2
     out = []
     with torch.no_grad():
-        for b in range(0, n, 16):
-            x = torch.tensor(np.asarray(ids[b * ctx:min(n, b + 16) * ctx]).reshape(-1, ctx), device=device)
+        step = micro_batch(family, 16)
+        for b in range(0, n, step):
+            x = torch.tensor(np.asarray(ids[b * ctx:min(n, b + step) * ctx]).reshape(-1, ctx), device=device)
             lp = torch.log_softmax(model(input_ids=x, use_cache=False).logits.float(), -1)
             tgt = x[:, first + 1:]
             out.append((-lp[:, first:ctx - 1].gather(-1, tgt[..., None])[..., 0]).cpu().numpy())
@@ -378,8 +396,8 @@ def goldens_for(family, layout, model, mods, cfg, local, prompts, held_ids, trai
                                f"{worst_train:.3g}")
     # perplexity on the held-out text (device copy in f32, TF32 off)
     dev_model = copy.deepcopy(model).to(device)
-    nll_g = chunk_nll(dev_model, held_ids, device, TC.PPL_GOLDEN_CHUNKS)
-    nll_f = chunk_nll(dev_model, held_ids, device, TC.PPL_FULL_CHUNKS)
+    nll_g = chunk_nll(dev_model, held_ids, device, TC.PPL_GOLDEN_CHUNKS, family)
+    nll_f = chunk_nll(dev_model, held_ids, device, TC.PPL_FULL_CHUNKS, family)
     del dev_model
     ctx = TC.PPL_CTX
     g["ppl.ids"] = ("I64", np.asarray(held_ids[: len(nll_g) * ctx], dtype=np.int64))

@@ -38,6 +38,12 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// BLOOMERY_CUDA_OP_TIMES=1: per-op device times of the tg repeats (eager steps), printed after the rows.
+bool op_times_requested() {
+  const char* v = std::getenv("BLOOMERY_CUDA_OP_TIMES");
+  return v && std::string(v) == "1";
+}
+
 // Device timing and greedy sampling on the card for CUDA; host argmax otherwise.
 BenchHooks hooks_for(Backend& be) {
 #ifdef BLOOMERY_HAVE_CUDA
@@ -47,6 +53,10 @@ BenchHooks hooks_for(Backend& be) {
     h.set_step_graphs = [cb](bool on) { cb->set_step_graphs(on); };
     h.profile_range = [cb](bool on) {
       cb->synchronize();
+      if (op_times_requested()) {  // per-op times cover the tg repeats only
+        if (on) cb->op_times().reset();
+        cb->op_times().set_enabled(on);
+      }
       BLOOMERY_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop(), "bench --profile-tg range");
     };
     h.greedy = [cb](std::span<const Tensor> logits) {
@@ -153,6 +163,12 @@ int run_bench(int argc, char** argv) {
                  "off, on (decode steps captured as CUDA graphs) or ab (every tg row twice, repeat by repeat "
                  "without and with graphs); default: BLOOMERY_CUDA_GRAPHS, on when unset")
       ->check(CLI::IsMember({"off", "on", "ab"}));
+  std::string ab_knob;
+  app.add_option(
+         "--ab", ab_knob,
+         "gemv: every tg row twice, repeat by repeat with the main GEMV kernel (BLOOMERY_CUDA_GEMV=1) "
+         "and the candidate (2), rows 'tgN' and 'tgN+gemv2' (CUDA)")
+      ->check(CLI::IsMember({"gemv"}));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
       "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
@@ -262,6 +278,17 @@ int run_bench(int argc, char** argv) {
   if (bp.graphs_ab && !hooks.set_step_graphs)
     raise("E_BENCH_ARGS", Where{"", "", "--cuda-graphs"}, "a CUDA backend for ab", backend_name);
   if (hooks.set_step_graphs && bp.graphs_ab) hooks.set_step_graphs(false);  // pp rows and warm-up eager
+  if (!ab_knob.empty()) {
+    if (graphs_mode == "ab")
+      raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "one A/B at a time", "--cuda-graphs ab and --ab");
+#ifdef BLOOMERY_HAVE_CUDA
+    if (dynamic_cast<cuda::CudaBackend*>(backend.get()))
+      hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
+#endif
+    if (!hooks.set_ab) raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "a CUDA backend", backend_name);
+    bp.ab = ab_knob + "2";
+    hooks.set_ab(false);
+  }
   auto to_json = [&](const BenchRow& r) {
     nlohmann::json x{{"test", r.test},
                      {"depth", r.depth},
@@ -296,9 +323,43 @@ int run_bench(int argc, char** argv) {
                    (long long)r.conc, r.seconds, r.skipped ? " (skipped: --max-seconds)" : "");
     }
   };
+  if (op_times_requested()) {
+    if (!hooks.profile_range)
+      raise("E_BENCH_ARGS", Where{"", "", "BLOOMERY_CUDA_OP_TIMES"}, "a CUDA backend", backend_name);
+    if (std::getenv("BLOOMERY_CUDA_GRAPHS") == nullptr ||
+        std::string(std::getenv("BLOOMERY_CUDA_GRAPHS")) != "0")
+      raise("E_BENCH_ARGS", Where{"", "", "BLOOMERY_CUDA_OP_TIMES"}, "eager steps (--cuda-graphs off)",
+            "graph mode");
+    bp.profile_tg = true;
+  }
   const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
-  std::string graphs_line;
+  std::string graphs_line, op_lines;
 #ifdef BLOOMERY_HAVE_CUDA
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && op_times_requested()) {
+    int64_t steps = 0;
+    for (const BenchRow& r : rows)
+      if (r.test.rfind("tg", 0) == 0) steps += static_cast<int64_t>(r.ms.size());
+    const double per = steps ? 1.0 / static_cast<double>(steps) : 0.0;
+    nlohmann::json ops = nlohmann::json::array();
+    double total = 0;
+    for (const auto& e : cb->op_times().entries()) total += e.ms;
+    op_lines = "per-op device time per tg step (BLOOMERY_CUDA_OP_TIMES, eager, " + std::to_string(steps) +
+               " steps, sum " + std::to_string(total * per) + " ms):\n";
+    for (const auto& e : cb->op_times().entries()) {
+      const double gbps = e.ms > 0 ? e.bytes / (e.ms * 1e6) : 0.0;
+      ops.push_back({{"op", e.key},
+                     {"calls_per_step", e.calls * per},
+                     {"ms_per_step", e.ms * per},
+                     {"bytes_per_step", e.bytes * per},
+                     {"GBps", gbps}});
+      char line[256];
+      std::snprintf(line, sizeof line, "  %-44s %7.1f calls %8.3f ms %9.2f MB %8.1f GB/s\n", e.key.c_str(),
+                    e.calls * per, e.ms * per, e.bytes * per / 1e6, gbps);
+      op_lines += line;
+    }
+    j["op_times"] = ops;
+    write_json_out(j);
+  }
   if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && cb->step_graphs().stats().steps > 0) {
     const cuda::StepGraphStats& g = cb->step_graphs().stats();
     const double per = g.captured ? 1e3 / static_cast<double>(g.captured) : 0.0;  // ms per replayed step
@@ -362,7 +423,7 @@ int run_bench(int argc, char** argv) {
       "(pp ms: time to first token of the C prompts; tg ms: one decode step of all C sequences, "
       "greedy sampled; roofline: bytes one step reads / step time against the copy bandwidth; "
       "experts per step estimated as E·(1-(1-k/E)^C))\n");
-  std::printf("%s", graphs_line.c_str());
+  std::printf("%s%s", graphs_line.c_str(), op_lines.c_str());
   return 0;
 }
 

@@ -211,20 +211,21 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         if (n == 0) continue;
         const auto t0 = Clock::now();
         BenchRow r = start_row("tg", n, d, c);
-        const bool ab = p.graphs_ab && hooks.set_step_graphs;
+        const std::function<void(bool)>& toggle = p.graphs_ab ? hooks.set_step_graphs : hooks.set_ab;
+        const bool ab = (p.graphs_ab || !p.ab.empty()) && toggle;
         BenchRow g = r;
-        g.test += "+graphs";
+        g.test += p.graphs_ab ? std::string("+graphs") : "+" + p.ab;
         if (!r.skipped) {
           run.grow_pool(c, d, tg_total * (ab ? 2 : 1));
           const bool profiled = p.profile_tg && hooks.profile_range;
           if (profiled) hooks.profile_range(true);
           for (int i = 0; i < p.repeats; ++i) {
-            if (ab) hooks.set_step_graphs(false);
+            if (ab) toggle(false);
             run.tg(r);
             if (!ab) continue;
-            hooks.set_step_graphs(true);
+            toggle(true);
             run.tg(g);
-            hooks.set_step_graphs(false);
+            toggle(false);
           }
           if (profiled) hooks.profile_range(false);
         }

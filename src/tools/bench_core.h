@@ -27,6 +27,9 @@ struct BenchHooks {
   std::function<std::vector<int32_t>(std::span<const Tensor>)> greedy;
   // Turns the backend's step graphs on or off between steps (CUDA graph mode); empty when it has none.
   std::function<void(bool)> set_step_graphs;
+  // Switches a backend knob between its main setting (false) and a candidate (true) between steps, for
+  // BenchParams::ab (e.g. the GEMV kernel); empty when no knob was asked for.
+  std::function<void(bool)> set_ab;
   // Starts (true) or stops (false) a profiler's capture range (cudaProfilerStart/Stop); empty on the CPU.
   std::function<void(bool)> profile_range;
 };
@@ -45,6 +48,8 @@ struct BenchParams {
   // tg rows twice, repeat by repeat alternately without and with step graphs (hooks.set_step_graphs): the
   // second row's test is "tgN+graphs". Graphs are left off afterwards.
   bool graphs_ab = false;
+  // Non-empty: the same alternation with hooks.set_ab instead of graphs; the candidate's rows are "tgN+<ab>".
+  std::string ab;
   // The tg repeats (not their set-up, which prefills the depth) run inside hooks.profile_range, so that
   // `nsys profile --capture-range=cudaProfilerApi` sees decode steps only.
   bool profile_tg = false;

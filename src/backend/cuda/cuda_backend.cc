@@ -103,6 +103,7 @@ void CudaBackend::report_graph_ties() {
 void CudaBackend::synchronize() {
   graphs_.not_capturable("synchronize");
   BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), "synchronize");
+  if (op_times_.enabled()) op_times_.resolve();
 }
 
 Backend::MemoryInfo CudaBackend::memory_info() const {
@@ -125,6 +126,7 @@ void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
 // ------------------------------------------------------------------------------------------------
 
 Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
+  OpScope op_scope(op_times_, stream_, "alloc (zero fill)");
   int64_t n = 1;
   for (int64_t d : shape) {
     need(d >= 0, "alloc", "non-negative dims", shape_string(shape));
@@ -141,6 +143,7 @@ Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
 }
 
 Tensor CudaBackend::upload(std::span<const float> data, std::vector<int64_t> shape) {
+  OpScope op_scope(op_times_, stream_, "upload");
   graphs_.not_capturable("upload");
   Tensor t = alloc(std::move(shape));
   need(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(), std::to_string(data.size()));
@@ -165,6 +168,7 @@ std::vector<float> CudaBackend::download(const Tensor& t) {
 }
 
 void CudaBackend::copy(Tensor& dst, const Tensor& src) {
+  OpScope op_scope(op_times_, stream_, "copy");
   same_numel("copy", dst, src);
   const size_t bytes = static_cast<size_t>(src.numel()) * 4;
   const char *d = reinterpret_cast<const char*>(dst.f32()), *s = reinterpret_cast<const char*>(src.f32());
@@ -180,6 +184,7 @@ void CudaBackend::copy(Tensor& dst, const Tensor& src) {
 }
 
 void CudaBackend::fill(Tensor& t, float value) {
+  OpScope op_scope(op_times_, stream_, "fill");
   cuda::fill(t.f32(), t.numel(), value, stream_);
 }
 
@@ -187,52 +192,61 @@ void CudaBackend::fill(Tensor& t, float value) {
 // -------------------------------------------------------------------------------------------
 
 void CudaBackend::add(Tensor& out, const Tensor& a, const Tensor& b) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("add", out, a);
   same_numel("add", a, b);
   binary(Binary::Add, out.f32(), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
 }
 
 void CudaBackend::add_scaled(Tensor& out, const Tensor& a, const Tensor& b, float s) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("add_scaled", out, a);
   same_numel("add_scaled", a, b);
   binary(Binary::AddScaled, out.f32(), a.f32(), b.f32(), s, a.numel(), stream_);
 }
 
 void CudaBackend::mul(Tensor& out, const Tensor& a, const Tensor& b) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("mul", out, a);
   same_numel("mul", a, b);
   binary(Binary::Mul, out.f32(), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
 }
 
 void CudaBackend::scale(Tensor& out, const Tensor& x, float s) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("scale", out, x);
   cuda::scale(out.f32(), x.f32(), s, x.numel(), stream_);
 }
 
 void CudaBackend::activate(Tensor& out, const Tensor& x, Act act) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("activate", out, x);
   cuda::activate(out.f32(), x.f32(), act_code(act), x.numel(), stream_);
 }
 
 void CudaBackend::sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("sigmoid_mul", out, x);
   same_numel("sigmoid_mul", x, gate);
   binary(Binary::SigmoidMul, out.f32(), x.f32(), gate.f32(), 0.0f, x.numel(), stream_);
 }
 
 void CudaBackend::scale_rows(Tensor& out, const Tensor& x, const Tensor& s) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("scale_rows", out, x);
   need(s.numel() == x.rows(), "scale_rows", std::to_string(x.rows()) + " scalars", s.shape_str());
   cuda::scale_rows(out.f32(), x.f32(), s.f32(), x.rows(), x.cols(), stream_);
 }
 
 void CudaBackend::swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit) {
+  OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("swiglu", out, gate);
   same_numel("swiglu", gate, up);
   cuda::swiglu(out.f32(), gate.f32(), up.f32(), limit, gate.numel(), stream_);
 }
 
 void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
+  OpScope op_scope(op_times_, stream_, "copy cols");
   const int64_t R = x.rows(), C = x.cols(), n = out.cols();
   need(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
        "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
@@ -241,6 +255,7 @@ void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
 }
 
 void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
+  OpScope op_scope(op_times_, stream_, "copy cols");
   const int64_t R = dst.rows(), C = dst.cols(), n = src.cols();
   need(src.rows() == R && c0 >= 0 && c0 + n <= C, "put_cols",
        "src [" + std::to_string(R) + ", n] within dst " + dst.shape_str(),
@@ -253,6 +268,7 @@ void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
 
 void CudaBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float eps, NormKind kind,
                            int64_t group) {
+  OpScope op_scope(op_times_, stream_, "norm");
   const int64_t C = x.cols(), R = x.rows();
   const RmsNormShape sh = check_rms_norm_args(out, x, w, kind, group);
   group = sh.group;
@@ -264,6 +280,7 @@ void CudaBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float 
 
 void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, const Weight& w, float eps,
                                  Act act) {
+  OpScope op_scope(op_times_, stream_, "norm");
   const int64_t G = w.numel();
   need(G > 0 && x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(), "rms_norm_gated",
        "x, z, out of equal size, a multiple of " + std::to_string(G), x.shape_str() + " " + z.shape_str());
@@ -272,6 +289,7 @@ void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, 
 }
 
 void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) {
+  OpScope op_scope(op_times_, stream_, "norm");
   const int64_t C = x.cols(), R = x.rows();
   need(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
        "weight and bias of " + std::to_string(C), shape_string(w.shape()) + " " + shape_string(b.shape()));
@@ -283,6 +301,7 @@ void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, cons
 // ---------------------------------------------------------------------------------
 
 void CudaBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) {
+  OpScope op_scope(op_times_, stream_, "rope");
   need(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
        "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
   const int rot = rope.rot_dim;
@@ -300,6 +319,7 @@ void CudaBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& 
 
 void CudaBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
                             float scale, const Tensor* allowed) {
+  OpScope op_scope(op_times_, stream_, "attention");
   check_attention_args(out, q, k, v, q0, allowed);
   const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
   const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);

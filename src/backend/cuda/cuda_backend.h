@@ -11,6 +11,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/profile/op_times.h"
 #include "backend/cuda/step_graph.h"
 #include "formats/decode.h"
 
@@ -58,6 +59,9 @@ class CudaBackend final : public Backend {
   std::vector<float> download(const Tensor& t) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void fill(Tensor& t, float value) override;
+
+  // Per-op device times (BLOOMERY_CUDA_OP_TIMES=1, eager steps only), resolved at synchronize().
+  OpTimes& op_times() { return op_times_; }
 
   // Graph mode (step_graph.h): as BLOOMERY_CUDA_GRAPHS asked at construction (on when unset).
   void begin_step(uint64_t key) override;
@@ -146,6 +150,7 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   DevicePool pool_;  // activation tensors (alloc); weights own their own allocations
   Scratch scratch_[4];
+  OpTimes op_times_;
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

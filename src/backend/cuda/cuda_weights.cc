@@ -202,6 +202,7 @@ Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> 
 }
 
 void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) {
+  OpScope op_scope(op_times_, stream_, "gather rows");
   check_gather_rows_args(out, table, ids);
   const int64_t D = table.cols();
   if (!table.streamed()) {

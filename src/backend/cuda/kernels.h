@@ -18,6 +18,10 @@ enum ActCode : int { kActNone = 0, kActSilu = 1, kActSigmoid = 2, kActSoftplus =
 // Decode GEMV: 1 ≤ T ≤ 8 rows share one pass over the weight. K = w.cols.
 constexpr int kGemvMaxRows = 8;
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s);
+// The GEMV kernel in use (gemv.cu: 1 = a warp per row, 2 = split-K with loads ahead, the default;
+// BLOOMERY_CUDA_GEMV picks it at start, set_gemv_variant between steps for A/B measurements).
+int gemv_variant();
+void set_gemv_variant(int v);
 // Prompt GEMM: any T; tensor cores (mma.sync BF16, split hi+lo activations by default, f32 accumulate) with
 // weight tiles dequantised from the stored format in shared memory; SIMT fallback (gemm/tc_gemm.cu, gemm.cu).
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,

@@ -24,6 +24,7 @@ std::string dims(std::initializer_list<int64_t> d) {
 }  // namespace
 
 void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) {
+  OpScope op_scope(op_times_, stream_, "hc read mix");
   const int64_t T = u.rows(), D = u.cols();
   need(n >= 1 && m.numel() == T * n * D && xn.numel() == T * n * D, "hc_read_mix",
        "m, xn [T, n*D] with u " + u.shape_str() + ", n " + std::to_string(n),
@@ -32,6 +33,7 @@ void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int 
 }
 
 void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
+  OpScope op_scope(op_times_, stream_, "hc inject");
   const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
   need(X.numel() == T * n * D && inj.rows() == T, "hc_inject",
        "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
@@ -39,6 +41,7 @@ void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
 }
 
 void CudaBackend::ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const Tensor& v) {
+  OpScope op_scope(op_times_, stream_, "ple gate");
   const int64_t T = v.rows(), D = v.cols();
   const int64_t n = T * D > 0 ? G.numel() / (T * D) : 0;
   need(T * D > 0 && G.numel() == T * n * D && kn.numel() == G.numel() && qn.numel() == G.numel(), "ple_gate",
@@ -49,6 +52,7 @@ void CudaBackend::ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const 
 
 void CudaBackend::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kraw, int64_t pos0,
                                    const Weight& k_norm, const QsaIndexSpec& spec) {
+  OpScope op_scope(op_times_, stream_, "qsa index append");
   const int64_t T = kraw.rows(), d = kraw.cols(), c = spec.compress;
   need(raw.cols() == d && blocks.cols() == d && pos0 >= 0 && pos0 + T <= raw.rows() && k_norm.numel() == d,
        "qsa_index_append",
@@ -90,6 +94,7 @@ void CudaBackend::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kr
 
 int64_t CudaBackend::qsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& blocks, int64_t q0,
                                       const QsaIndexSpec& spec) {
+  OpScope op_scope(op_times_, stream_, "qsa index select");
   need(qi.ndim() == 3, "qsa_index_select", "qi [T, Hi, dh]", qi.shape_str());
   const int64_t T = qi.dim(0), Hi = qi.dim(1), d = qi.dim(2), S = allowed.cols(), c = spec.compress;
   need(allowed.rows() == T && S >= q0 + T && q0 >= 0 && blocks.cols() == d, "qsa_index_select",

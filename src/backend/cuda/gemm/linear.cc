@@ -1,6 +1,7 @@
 // CudaBackend matmul: shape checks and the choice of kernel (decode GEMV for few rows, GEMM for prompts).
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -21,6 +22,17 @@ void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight
   // BF16 q_proj T=8 84 vs 81. A second GEMV pass doubles GEMV's time while the GEMM stays flat to T = 128, so
   // the switch sits after the first pass: GEMV for T ≤ 8, GEMM beyond.
   constexpr int64_t kGemvUpTo = kGemvMaxRows;
+  std::string key;
+  double bytes = 0;
+  if (op_times_.enabled()) {
+    // Stored bytes of the rows read: the format table's element bits plus one scale byte per 16 for FP4.
+    const FormatInfo& fi = format_info(dw.format);
+    const double per_elem = fi.bits_per_element / 8.0 + (fi.bits_per_element == 4 ? 1.0 / 16 : 0.0);
+    bytes = per_elem * static_cast<double>(n) * static_cast<double>(K);
+    key = std::string(T <= kGemvUpTo ? "gemv " : "gemm ") + std::string(format_name(dw.format)) + " [" +
+          std::to_string(n) + ", " + std::to_string(K) + "] T" + std::to_string(T);
+  }
+  OpScope op_scope(op_times_, stream_, std::move(key), bytes);
   if (T <= kGemvUpTo) {
     for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kGemvMaxRows, T - t0));

@@ -1,8 +1,20 @@
-// Decode GEMV on stored-format weights: y[t, r] = Σ_k x[t, k] · W[row0 + r, k] for 1 ≤ T ≤ 8 rows of x. A
-// warp owns 4 weight rows; each lane reads units of stored elements (16 bytes; 8 for FP4), decodes them in
-// registers (bit-exact with the CPU decoders) and multiplies them into all T rows, so the weight is read
-// once for every row of x.
+// Decode GEMV on stored-format weights: y[t, r] = Σ_k x[t, k] · W[row0 + r, k] for 1 ≤ T ≤ 8 rows of x. Lanes
+// read units of stored elements (16 bytes; 8 for FP4), decode them in registers and multiply them into all T
+// rows, so the weight is read once for every row of x. Hand-written because the weights stay in their stored
+// formats (NVFP4, MXFP8, FP8 blocks), which no library GEMV reads.
+//
+// Two kernels, chosen by gemv_variant() (BLOOMERY_CUDA_GEMV=1|2, default 2; the bench's --ab gemv flips it):
+//  1. gemv_units: a warp per R rows, one unit per lane per iteration, the element values fully scaled.
+//  2. gemv_split: a block of 8 warps, ks of them sharing R rows (split-K, partial sums reduced in shared
+//     memory in a fixed order, so results are reproducible) for shapes with few rows (HC inject [4, 10240],
+//     GDN a/b [48, 2560], the router), U units per lane loaded before any is used (more bytes in flight), and
+//     the unit's scale applied once to its 16-element partial sum (NVFP4's global once to the row's sum): the
+//     f32 arithmetic per element falls from three multiplies and an FMA to one FMA, which keeps FP4 rows
+//     memory-bound. The weights are the stored ones; only the summation order differs from variant 1.
+#include <atomic>
+#include <cstdlib>
 #include <string>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -109,7 +121,205 @@ void launch_units(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
   }
 }
 
+// ---- variant 2 -----------------------------------------------------------------------------------------
+
+constexpr int kSplitWarps = 8;  // warps per block of gemv_split
+
+// A unit as loaded, before decoding (16 bytes; 8 for FP4), and its scale (1 for F32 / half widths).
+template <Width W>
+struct RawUnit {
+  using Bits = std::conditional_t<W == Width::Fp4, uint2, uint4>;
+  Bits q;
+  float s;
+};
+
+template <Width W>
+__device__ __forceinline__ RawUnit<W> load_unit(const DeviceWeight& w, uint64_t n, uint64_t k0) {
+  RawUnit<W> r;
+  if constexpr (W == Width::F32) {
+    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + n * w.cols + k0));
+    r.s = 1.0f;
+  } else if constexpr (W == Width::Half) {
+    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0));
+    r.s = 1.0f;
+  } else if constexpr (W == Width::Fp8) {
+    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0));
+    r.s = fp8_scale(w, n, k0);
+  } else {
+    r.q = __ldg(
+        reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2));
+    // NVFP4's f32 global multiplies the row's sum at the end (gemv_split's epilogue).
+    r.s = w.format == FormatId::MXFP4 ? e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k0 / 32])
+                                      : e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
+  }
+  return r;
+}
+
+// The unit's elements before its scale: exact values of the stored element codes.
+template <Width W>
+__device__ __forceinline__ void unscaled_unit(const RawUnit<W>& r, bool f16, float* v) {
+  if constexpr (W == Width::F32) {
+    v[0] = __uint_as_float(r.q.x), v[1] = __uint_as_float(r.q.y);
+    v[2] = __uint_as_float(r.q.z), v[3] = __uint_as_float(r.q.w);
+  } else if constexpr (W == Width::Half) {
+    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const uint16_t lo = words[i] & 0xFFFFu, hi = words[i] >> 16;
+      v[2 * i] = f16 ? __half2float(__ushort_as_half(lo)) : bf16_to_f32(lo);
+      v[2 * i + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_to_f32(hi);
+    }
+  } else if constexpr (W == Width::Fp8) {
+    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = e4m3_byte(words[i / 4], i % 4);
+  } else {
+    const uint32_t words[2] = {r.q.x, r.q.y};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = e2m1_nibble(words[i / 8], i % 8);
+  }
+}
+
+// Units each lane loads before using any: enough bytes in flight per lane (16 B units: 2, 8 B FP4 units: 4).
+template <Width W>
+constexpr int kLoadsAhead = W == Width::Fp4 ? 4 : 2;
+
+template <Width W, int R>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_split(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
+               float* __restrict__ y, int ks) {
+  constexpr int E = Unit<W>::kElems, U = kLoadsAhead<W>;
+  constexpr bool kScaled = W == Width::Fp8 || W == Width::Fp4;
+  __shared__ float part[kSplitWarps][R][kGemvMaxRows];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int group = warp / ks, wk = warp % ks, groups = kSplitWarps / ks;
+  const int64_t r0 = (blockIdx.x * static_cast<int64_t>(groups) + group) * R;
+  const bool active = r0 < n;
+  const int rows = !active ? 0 : (n - r0 < R ? static_cast<int>(n - r0) : R);
+  const uint64_t K = w.cols, units = K / E;
+  const uint64_t stride = static_cast<uint64_t>(ks) * 32;
+  const bool f16 = w.format == FormatId::F16;
+  float acc[R][kGemvMaxRows] = {};
+  for (uint64_t u0 = wk * 32 + lane; u0 < units; u0 += stride * U) {
+    RawUnit<W> raw[U][R];
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const uint64_t u = u0 + i * stride;
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        if (u < units && j < rows)
+          raw[i][j] = load_unit<W>(w, row0 + r0 + j, u * E);
+        else
+          raw[i][j] = RawUnit<W>{};
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < U; ++i) {
+      const uint64_t u = u0 + i * stride;
+      if (u >= units) break;
+#pragma unroll
+      for (int j = 0; j < R; ++j) {
+        float v[E];
+        unscaled_unit<W>(raw[i][j], f16, v);
+#pragma unroll
+        for (int t = 0; t < kGemvMaxRows; ++t) {
+          if (t >= T) break;
+          const float4* xr = reinterpret_cast<const float4*>(x + t * K + u * E);
+          float p = 0.0f;
+#pragma unroll
+          for (int e = 0; e < E / 4; ++e) {
+            const float4 q = __ldg(xr + e);
+            p = fmaf(v[4 * e], q.x, p);
+            p = fmaf(v[4 * e + 1], q.y, p);
+            p = fmaf(v[4 * e + 2], q.z, p);
+            p = fmaf(v[4 * e + 3], q.w, p);
+          }
+          acc[j][t] = kScaled ? fmaf(raw[i][j].s, p, acc[j][t]) : acc[j][t] + p;
+        }
+      }
+    }
+  }
+  const bool global = W == Width::Fp4 && w.format != FormatId::MXFP4;
+  const float post = global ? w.global : 1.0f;
+#pragma unroll
+  for (int j = 0; j < R; ++j)
+#pragma unroll
+    for (int t = 0; t < kGemvMaxRows; ++t) {
+      if (t >= T) break;
+      const float s = warp_sum(acc[j][t]);
+      if (lane != 0 || j >= rows) continue;
+      if (ks == 1)
+        y[t * n + r0 + j] = s * post;
+      else
+        part[warp][j][t] = s;
+    }
+  if (ks == 1) return;
+  __syncthreads();
+  // The group's first warp sums its ks partials in warp order (fixed, so every run gives the same bits).
+  const int p = lane, j = p / T, t = p % T;
+  if (wk != 0 || j >= rows || p >= R * T) return;
+  float s = 0.0f;
+  for (int q = 0; q < ks; ++q) s += part[group * ks + q][j][t];
+  y[t * n + r0 + j] = s * post;
+}
+
+// Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
+// still gets a full pass of U units per lane.
+int split_ways(int64_t row_groups, uint64_t units, int U) {
+  constexpr int64_t kWarpsWanted = 132 * 32;  // H200: 132 SMs × 32 resident warps
+  int ks = 1;
+  while (ks < kSplitWarps && row_groups * ks < kWarpsWanted && units / (2 * ks) >= 32u * U) ks *= 2;
+  return ks;
+}
+
+template <Width W, int R>
+void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
+                  cudaStream_t s) {
+  const int64_t row_groups = (n + R - 1) / R;
+  const int ks = split_ways(row_groups, w.cols / Unit<W>::kElems, kLoadsAhead<W>);
+  const int64_t groups_per_block = kSplitWarps / ks;
+  const unsigned blocks = static_cast<unsigned>((row_groups + groups_per_block - 1) / groups_per_block);
+  gemv_split<W, R><<<blocks, kSplitWarps * 32, 0, s>>>(w, row0, n, x, T, y, ks);
+}
+
+template <int R>
+void launch_split_width(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
+                        cudaStream_t s) {
+  switch (width_of(w.format)) {
+    case Width::F32:
+      launch_split<Width::F32, R>(w, row0, n, x, T, y, s);
+      break;
+    case Width::Half:
+      launch_split<Width::Half, R>(w, row0, n, x, T, y, s);
+      break;
+    case Width::Fp8:
+      launch_split<Width::Fp8, R>(w, row0, n, x, T, y, s);
+      break;
+    case Width::Fp4:
+      launch_split<Width::Fp4, R>(w, row0, n, x, T, y, s);
+      break;
+  }
+}
+
+int variant_from_env() {
+  const char* v = std::getenv("BLOOMERY_CUDA_GEMV");
+  return v && std::string(v) == "1" ? 1 : 2;
+}
+
+std::atomic<int>& variant_slot() {
+  static std::atomic<int> v{variant_from_env()};
+  return v;
+}
+
 }  // namespace
+
+int gemv_variant() {
+  return variant_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemv_variant(int v) {
+  variant_slot().store(v == 1 ? 1 : 2, std::memory_order_relaxed);
+}
 
 // True when rows can be read in 16-byte units: K a multiple of the unit (row starts stay aligned) and, for
 // FP8 blocks, tiles whose width is a multiple of 16 (one scale per unit).
@@ -127,6 +337,11 @@ void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
   if (!unit_path(w) || !x_aligned) {
     const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
     gemv_elements<<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+  } else if (gemv_variant() == 2) {
+    if (T <= 2)
+      launch_split_width<1>(w, row0, n, x, T, y, s);
+    else
+      launch_split_width<4>(w, row0, n, x, T, y, s);
   } else {
     if (T <= 2)
       launch_units<1>(w, row0, n, x, T, y, s);

@@ -15,6 +15,7 @@ namespace bloomery::cuda {
 
 void CudaBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, Tensor& state, int dilation,
                                 Act act) {
+  OpScope op_scope(op_times_, stream_, "conv1d");
   check_causal_conv1d_args(out, x, w, state, dilation);
   const int64_t T = x.rows(), C = x.cols(), K = w.cols();
   cuda::causal_conv1d(out.f32(), x.f32(), param_f32(w, "causal_conv1d"), state.f32(), T, C, K, dilation,
@@ -23,6 +24,7 @@ void CudaBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, T
 
 void CudaBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
                             const Weight& dt_bias) {
+  OpScope op_scope(op_times_, stream_, "gdn gates");
   const int64_t Hv = A_log.numel(), T = check_gdn_gates_args(g, beta, a, b, A_log, dt_bias);
   cuda::gdn_gates(g.f32(), beta.f32(), a.f32(), b.f32(), param_f32(A_log, "gdn_gates"),
                   param_f32(dt_bias, "gdn_gates"), T, Hv, stream_);
@@ -31,6 +33,7 @@ void CudaBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tens
 void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                    const Tensor& g, const Tensor& beta, Tensor& state, bool l2norm_qk,
                                    bool chunked) {
+  OpScope op_scope(op_times_, stream_, "gated delta rule");
   const GdnShape d = check_gated_delta_args(out, q, k, v, g, beta, state);
   const int64_t T = d.T, Hk = d.Hk, dk = d.dk, Hv = d.Hv, dv = d.dv;
   need(dk >= 1 && dk <= kGdnMaxDk && dv >= 1 && dv <= kGdnMaxDv, "gated_delta_rule",

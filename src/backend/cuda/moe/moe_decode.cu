@@ -2,8 +2,8 @@
 // one launch computes gate and up of every (token, slot) pair with the SwiGLU fused, one launch computes
 // down of every pair, and one sums the k slots of each token in a fixed order (no float atomics, so the
 // result is reproducible and equals the CPU backend's order). Weights are read in their stored formats in
-// 16-byte units as the GEMV does (decode_unit; FP4 and FP8 through fast_decode.cuh's table-free decoders,
-// bit-identical), so NVFP4 / MXFP8 / FP8 block / BF16 all work.
+// 16-byte units as the GEMV does (decode_unit, weight_access.cuh: table-free FP4 and FP8 decoders,
+// bit-identical to the CPU), so NVFP4 / MXFP8 / FP8 block / BF16 all work.
 //
 // Work split: a warp is cut into G groups of 32/G lanes; each group owns R consecutive weight rows of one
 // pair and its lanes stride over the row's 16-byte units, loading the activation chunk of a unit once for
@@ -15,8 +15,8 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
-#include "backend/cuda/moe/fast_decode.cuh"
 #include "backend/cuda/moe/moe_kernels.h"
+#include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -82,9 +82,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int j = 0; j < R; ++j)
         if (j < rows) {
           float v[U];
-          decode_unit_fast<W>(g, r0 + j, q * U, v);
+          decode_unit<W>(g, r0 + j, q * U, v);
           ag[j] = dot_acc<U>(v, xv, ag[j]);
-          decode_unit_fast<W>(u, r0 + j, q * U, v);
+          decode_unit<W>(u, r0 + j, q * U, v);
           au[j] = dot_acc<U>(v, xv, au[j]);
         }
     }
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int j = 0; j < R; ++j)
         if (j < rows) {
           float v[U];
-          decode_unit_fast<W>(w, r0 + j, q * U, v);
+          decode_unit<W>(w, r0 + j, q * U, v);
           acc[j] = dot_acc<U>(v, hv, acc[j]);
         }
     }
@@ -238,10 +238,12 @@ __global__ void decode_all_k(DeviceWeight w, bool fast, float* __restrict__ out)
   const uint64_t units = w.cols / U, n = blockIdx.x;
   for (uint64_t q = threadIdx.x; q < units; q += blockDim.x) {
     float v[U];
-    if (fast)
-      decode_unit_fast<W>(w, n, q * U, v);
-    else
+    if (fast) {
       decode_unit<W>(w, n, q * U, v);
+    } else {
+#pragma unroll
+      for (int i = 0; i < U; ++i) v[i] = weight_element(w, n, q * U + i);
+    }
 #pragma unroll
     for (int i = 0; i < U; ++i) out[n * w.cols + q * U + i] = v[i];
   }

@@ -18,6 +18,7 @@ namespace bloomery::cuda {
 
 void CudaBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& logits,
                                      const RouterSpec& r) {
+  OpScope op_scope(op_times_, stream_, "router");
   const int64_t T = logits.rows(), E = logits.cols(), k = r.top_k;
   need(k >= 1 && k <= E && k <= 64, "route_softmax_topk", "1 <= top_k <= min(64, " + std::to_string(E) + ")",
        std::to_string(k));
@@ -57,6 +58,7 @@ int64_t moe_decode_max_pairs() {
 
 void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                               std::span<const ExpertWeights> experts, float swiglu_limit) {
+  OpScope op_scope(op_times_, stream_, "moe experts");
   const int64_t T = x.rows(), D = x.cols(), k = ids.cols();
   need(ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
        "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());

@@ -35,8 +35,9 @@ void moe_down(const MoeTable& tab, FormatId down_fmt, const int32_t* ids, int64_
 // backend's order); pos = identity when `pos` is null, else pos[p] (the pair's row in a permuted y).
 void moe_combine(float* out, const float* y, const int32_t* pos, const float* wts, int64_t T, int k,
                  int64_t D, cudaStream_t s);
-// out [rows, cols] = every unit of w decoded by the kernels' unit reader (fast: fast_decode.cuh's; else
-// weight_access.cuh's decode_unit). For the test that the two agree bit for bit; w must pass moe_units_ok.
+// out [rows, cols] = every element of w decoded by the kernels' unit reader (fast: weight_access.cuh's
+// table-free decode_unit) or element by element (weight_element, the table decoders). For the test that the
+// two agree bit for bit; w must pass moe_units_ok.
 void moe_decode_units(const DeviceWeight& w, bool fast, float* out, cudaStream_t s);
 // True when rows of K stored elements of this format can be read in 16-byte units (see gemv's unit_path).
 bool moe_units_ok(FormatId f, uint64_t K, int block_k, const void* data);
