@@ -4,16 +4,18 @@
 // reads a matrix (mHC fn, MLA kv_b).
 //
 // Bounds:
-//  * mHC: the mix is a 16384-term dot in another order, through sigmoid / softmax / 20 Sinkhorn rounds:
+//  * mHC: the mix is a 16384-term f64 dot (as the CPU's) in another order, through sigmoid / softmax / 20
+//    Sinkhorn rounds with the device's expf:
 //    post, comb, h within 2e-4·|c| + 2e-5; mhc_post and stream_mean sum ≤ 4 products: 1e-5·|c| + 1e-6;
-//  * kda_gate: device expf / logf (≤ 2 ulp): 1e-5·|c| + 1e-6;
+//  * kda_gate: device expf / logf (≤ 2 ulp), then log(1 + e^x) loses the ulps of 1 for small e^x, times
+//    exp(A_log) ≤ 15: 4e-5·|c| + 4e-6;
 //  * kda_rule: a recurrence over T tokens; max |g − c| ≤ 2e-4 · max |c| (also for the chunked CPU form, which
 //    the card runs as the same recurrence), and the state likewise;
 //  * dsa_index_append: pools through device expf: 1e-5·|c| + 1e-6; the raw keys exactly;
 //  * dsa_index_select: scores in the CPU op's order without FMA, so from the same pools the masks must be
 //    identical, including exact ties (lower pool wins) and the tie count;
-//  * mla_attention: a 256-term and 512-term projection around a softmax: 1e-3·|c| + 1e-4 relative to the
-//    output's largest magnitude;
+//  * mla_attention: a 256-term and a 512-term projection around an online softmax: max |g − c| ≤ 1e-3 · max
+//    |c|;
 //  * route_sigmoid_topk: ids identical (the data keep the top-9 choices apart, and a crafted row ties),
 //    weights 1e-5·|c| + 1e-6, tie counts equal.
 #include <algorithm>
@@ -94,7 +96,7 @@ TEST_F(GlmOps, KdaGate) {
     Tensor gc = cpu_->alloc({T, H, dk}), gg = gpu_->alloc({T, H, dk});
     cpu_->kda_gate(gc, fc, dc, ac, lower, -5.0f);
     gpu_->kda_gate(gg, fg, dg, ag, lower, -5.0f);
-    check(gg, gc, 1e-5, 1e-6, lower ? "kda_gate lower bound" : "kda_gate softplus");
+    check(gg, gc, 4e-5, 4e-6, lower ? "kda_gate lower bound" : "kda_gate softplus");
   }
 }
 

@@ -6,7 +6,6 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
-#include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -14,6 +13,24 @@ namespace {
 
 constexpr int kMhcThreads = 256;
 constexpr int kMaxMix = (2 + kMhcMaxStreams) * kMhcMaxStreams;
+
+// Sum over the block in f64 (every thread gets it); red holds 33 doubles.
+__device__ __forceinline__ double block_sum_f64(double v, double* red) {
+  const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
+  __syncthreads();
+  if (lane == 0) red[wid] = v;
+  __syncthreads();
+  if (wid == 0) {
+    double s = lane < nw ? red[lane] : 0.0;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xFFFFFFFFu, s, o);
+    if (lane == 0) red[32] = s;
+  }
+  __syncthreads();
+  return red[32];
+}
 
 __device__ __forceinline__ float sigmoidf_(float x) {
   return 1.0f / (1.0f + expf(-x));
@@ -50,20 +67,22 @@ __device__ void sinkhorn(const float* logits, int n, float hc_eps, int iters, fl
 __global__ void __launch_bounds__(kMhcThreads)
     mhc_pre_k(float* h, float* post, float* comb, const float* X, DeviceWeight fn, const float* base,
               const float* scale, int n, int64_t D, float norm_eps, float hc_eps, int iters) {
-  __shared__ float red[33];
+  __shared__ double red[33];
   __shared__ float mix[kMaxMix], pre[kMhcMaxStreams], cm[kMhcMaxStreams * kMhcMaxStreams];
   const int64_t t = blockIdx.x, nD = n * D;
   const float* x = X + t * nD;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < nD; i += kMhcThreads) ss += x[i] * x[i];
-  ss = block_reduce_sum(ss, red);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(nD) + norm_eps);
+  // Σx² and the mix dots in f64, as the CPU op (16384-term sums whose f32 rounding the gates would amplify).
+  double ss = 0.0;
+  for (int64_t i = threadIdx.x; i < nD; i += kMhcThreads) ss += static_cast<double>(x[i]) * x[i];
+  ss = block_sum_f64(ss, red);
+  const float inv = 1.0f / sqrtf(static_cast<float>(ss / static_cast<double>(nD)) + norm_eps);
   const int M = (2 + n) * n;
   for (int o = 0; o < M; ++o) {
-    float acc = 0.0f;
-    for (int64_t i = threadIdx.x; i < nD; i += kMhcThreads) acc += weight_element(fn, o, i) * (x[i] * inv);
-    acc = block_reduce_sum(acc, red);
-    if (threadIdx.x == 0) mix[o] = acc;
+    double acc = 0.0;
+    for (int64_t i = threadIdx.x; i < nD; i += kMhcThreads)
+      acc += static_cast<double>(weight_element(fn, o, i)) * (x[i] * inv);
+    acc = block_sum_f64(acc, red);
+    if (threadIdx.x == 0) mix[o] = static_cast<float>(acc);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
