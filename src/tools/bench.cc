@@ -130,11 +130,17 @@ int run_bench(int argc, char** argv) {
   std::string folder, backend_name = "auto", synthetic, layout_name = "nvidia", json_out;
   BenchParams bp;
   int threads = 0;
+  int64_t layers = 0;
   bool json = false, plan_only = false;
   app.add_option("-m,--model", folder, "model folder");
   app.add_option("--synthetic", synthetic,
                  "family[:config.json]: build the model in memory at full size with random weights in the "
-                 "export's stored formats (qwen4_exp); config.json is merged over the built-in config");
+                 "export's stored formats (qwen4_exp, qwen3_next, glm5_next); config.json is merged over the "
+                 "built-in config");
+  app.add_option(
+      "--layers", layers,
+      "with --synthetic: build only the first N decoder layers (full per-layer shapes), to fit one "
+      "device");
   app.add_option("--synthetic-layout", layout_name,
                  "nvidia (experts NVFP4, rest BF16) or qad (+ MXFP8 "
                  "projections)")
@@ -182,11 +188,19 @@ int run_bench(int argc, char** argv) {
   if (folder.empty() == synthetic.empty())
     raise("E_BENCH_ARGS", Where{"", "", "-m / --synthetic"}, "exactly one of -m <folder> and --synthetic",
           folder.empty() ? "neither" : "both");
+  if (layers != 0 && synthetic.empty()) raise("E_BENCH_ARGS", Where{"", "", "--layers"}, "--synthetic", "-m");
+  // The synthetic model's config, cut to --layers when asked.
+  auto synth_config = [&] {
+    const nlohmann::json c = synthetic_config(synthetic);
+    return layers > 0 ? limit_layers(c, layers) : c;
+  };
+  const std::string synth_name =
+      "synthetic " + synthetic + (layers > 0 ? " (" + std::to_string(layers) + " layers)" : "");
 
   if (plan_only) {
     if (synthetic.empty()) raise("E_BENCH_ARGS", Where{"", "", "--plan-only"}, "--synthetic", "-m");
-    const SyntheticPlan sp = plan_synthetic(synthetic_config(synthetic), parse_synthetic_layout(layout_name));
-    nlohmann::json pj{{"model", "synthetic " + synthetic},
+    const SyntheticPlan sp = plan_synthetic(synth_config(), parse_synthetic_layout(layout_name));
+    nlohmann::json pj{{"model", synth_name},
                       {"layout", layout_name},
                       {"family", sp.family},
                       {"stored_bytes_by_format", sp.bytes_by_format},
@@ -231,12 +245,12 @@ int run_bench(int argc, char** argv) {
   const auto t_load = Clock::now();
   if (!synthetic.empty()) {
     const SyntheticLayout layout = parse_synthetic_layout(layout_name);
-    sm = build_synthetic(synthetic_config(synthetic), *backend, layout, synthetic_hooks(*backend), threads);
+    sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads);
     load_s = since(t_load);
     model = sm->model.get();
     costs = sm->costs;
     text = sm->config.text;
-    j["model"] = "synthetic " + synthetic;
+    j["model"] = synth_name;
     j["layout"] = layout_name;
     j["build_s"] = load_s;
     j["stored_bytes_by_format"] = sm->bytes_by_format;
@@ -263,7 +277,7 @@ int run_bench(int argc, char** argv) {
 
   if (!json) {
     std::printf("model %s (%s), backend %s, %d thread(s), %s in %.2f s, %d repetitions\n",
-                synthetic.empty() ? folder.c_str() : ("synthetic " + synthetic + " " + layout_name).c_str(),
+                synthetic.empty() ? folder.c_str() : (synth_name + " " + layout_name).c_str(),
                 info.family.c_str(), backend_name.c_str(), backend->threads(),
                 synthetic.empty() ? "loaded" : "built", load_s, bp.repeats);
     std::printf("copy bandwidth (%s, read + written, best of 5): %.1f GB/s\n",

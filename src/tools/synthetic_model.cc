@@ -161,7 +161,19 @@ bool qad_mxfp8(const std::string& n) {
   return false;
 }
 
-Plan plan_for(const TensorDecl& d, SyntheticLayout layout) {
+// Per-family fill rules: glm5_next's norms multiply by their weight (plain RMSNorm / LayerNorm), so they get
+// weights near 1 (their biases near 0); the Qwen families' norms are zero-centred ("1 + w").
+struct FamilyRules {
+  bool plain_norms = false;
+};
+
+FamilyRules rules_of(const std::string& family) {
+  FamilyRules r;
+  r.plain_norms = family == "glm5_next";
+  return r;
+}
+
+Plan plan_for(const TensorDecl& d, SyntheticLayout layout, const FamilyRules& rules) {
   Plan p;
   p.decl = &d;
   p.module = module_of(d.name);
@@ -185,10 +197,12 @@ Plan plan_for(const TensorDecl& d, SyntheticLayout layout) {
     p.format = FormatId::F32, p.fill = Fill::ALog;
   } else if (ends_with(n, "dt_bias")) {
     p.format = FormatId::F32, p.fill = Fill::DtBias;
-  } else if (has(n, "linear_attn.norm.")) {
+  } else if (has(n, "linear_attn.norm.") || (rules.plain_norms && has(n, "norm") && !ends_with(n, ".bias"))) {
     p.fill = Fill::NormOne;
   } else if (has(n, "norm")) {
     p.fill = Fill::NormZero;
+  } else if (ends_with(n, "e_score_correction_bias")) {
+    p.std = 0.01;  // a small nudge to the sigmoid scores, as trained biases are: the routing stays spread
   } else if (expert && mtp && layout == SyntheticLayout::Nvidia) {
     p.format = FormatId::FP8_BLOCK;
   } else if (expert) {
@@ -389,11 +403,13 @@ std::vector<float> decode_table(const SyntheticTable& t) {
 }
 
 // Every declared tensor's plan, with its part sizes.
-std::vector<Plan> make_plans(const std::vector<TensorDecl>& decls, SyntheticLayout layout) {
+std::vector<Plan> make_plans(const std::vector<TensorDecl>& decls, SyntheticLayout layout,
+                             const std::string& family) {
+  const FamilyRules rules = rules_of(family);
   std::vector<Plan> plans;
   plans.reserve(decls.size());
   for (const TensorDecl& d : decls) {
-    Plan p = plan_for(d, layout);
+    Plan p = plan_for(d, layout, rules);
     p.sizes = expected_part_sizes(header(p), Where{"", d.name, ""});
     plans.push_back(std::move(p));
   }
@@ -411,15 +427,36 @@ void account(const std::vector<Plan>& plans, std::vector<WeightCost>& costs,
   }
 }
 
+// The model's declarations with a shape for those a checkpoint may store in several (glm5_next's KDA A_log,
+// checked by element count): the plain one of the config's values.
+std::vector<TensorDecl> shaped_decls(const Model& model, const nlohmann::json& text) {
+  std::vector<TensorDecl> decls = model.declare();
+  for (TensorDecl& d : decls) {
+    if (!d.shape.empty() || !ends_with(d.name, "A_log")) continue;
+    const nlohmann::json& la = text.contains("linear_attn_config") && text["linear_attn_config"].is_object()
+                                   ? text["linear_attn_config"]
+                                   : text;
+    d.shape = {cfg_int(la, "num_heads", cfg_int(text, "linear_num_heads", 64))};
+  }
+  return decls;
+}
+
+// The probe name read_model_config picks the checkpoint prefix from: the multimodal wrapper's
+// (model.language_model.) when the config has a text_config, else model.
+std::vector<std::string> prefix_probe(const nlohmann::json& config) {
+  return {config.contains("text_config") ? "model.language_model.embed_tokens.weight"
+                                         : "model.embed_tokens.weight"};
+}
+
 }  // namespace
 
 SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layout) {
   SyntheticPlan sp;
-  sp.config = read_model_config(config, {"model.language_model.embed_tokens.weight"});
+  sp.config = read_model_config(config, prefix_probe(config));
   const std::unique_ptr<Model> model = create_model(sp.config);
   sp.family = model->info().family;
-  const std::vector<TensorDecl> decls = model->declare();
-  account(make_plans(decls, layout), sp.costs, sp.bytes_by_format, sp.table_bytes);
+  const std::vector<TensorDecl> decls = shaped_decls(*model, sp.config.text);
+  account(make_plans(decls, layout, sp.family), sp.costs, sp.bytes_by_format, sp.table_bytes);
   return sp;
 }
 
@@ -429,10 +466,110 @@ SyntheticLayout parse_synthetic_layout(const std::string& name) {
   raise("E_BENCH_ARGS", Where{"", "", "--synthetic-layout"}, "nvidia or qad", name);
 }
 
+namespace {
+
+// models.md §4.2, the shipped GLM-5.3-Flash text config (index_kpool 4 as shipped, not transformers' 16).
+nlohmann::json glm5_next_config() {
+  const int L = 45;
+  nlohmann::json layer_types = nlohmann::json::array(), mlp_types = nlohmann::json::array(),
+                 indexer_types = nlohmann::json::array();
+  for (int i = 0; i < L; ++i) {
+    layer_types.push_back(i % 4 == 3 ? "deepseek_sparse_attention" : "linear_attention");
+    mlp_types.push_back(i < 3 ? "dense" : "sparse");
+    indexer_types.push_back("full");
+  }
+  nlohmann::json t = {
+      {"model_type", "glm5_next_text"},
+      {"vocab_size", 154880},
+      {"hidden_size", 4096},
+      {"num_hidden_layers", L},
+      {"layer_types", layer_types},
+      {"mlp_layer_types", mlp_types},
+      {"indexer_types", indexer_types},
+      {"num_attention_heads", 64},
+      {"num_key_value_heads", 64},
+      {"q_lora_rank", 1536},
+      {"kv_lora_rank", 512},
+      {"qk_nope_head_dim", 256},
+      {"qk_rope_head_dim", 0},
+      {"v_head_dim", 256},
+      {"linear_attn_config",
+       {{"num_heads", 64}, {"head_dim", 128}, {"short_conv_kernel_size", 4}, {"gate_lower_bound", -5.0}}},
+      {"index_n_heads", 32},
+      {"index_head_dim", 128},
+      {"index_topk", 2048},
+      {"index_kpool", 4},
+      {"index_kpool_always_select_tail", true},
+      {"n_routed_experts", 288},
+      {"num_experts_per_tok", 8},
+      {"moe_intermediate_size", 2048},
+      {"n_shared_experts", 1},
+      {"intermediate_size", 12288},
+      {"routed_scaling_factor", 2.5},
+      {"n_group", 1},
+      {"topk_group", 1},
+      {"norm_topk_prob", true},
+      {"swiglu_limit", 10.0},
+      {"hc_mult", 4},
+      {"hc_eps", 1e-6},
+      {"hc_sinkhorn_iters", 20},
+      {"rms_norm_eps", 1e-5},
+      {"max_position_embeddings", 1048576},
+      {"num_nextn_predict_layers", 1},
+      {"eos_token_id", {154820, 154827, 154829}},
+      {"pad_token_id", 154820},
+      {"tie_word_embeddings", false},
+      {"attention_bias", false}};
+  return {{"model_type", "glm5_next"},
+          {"architectures", {"Glm5NextForConditionalGeneration"}},
+          {"tie_word_embeddings", false},
+          {"text_config", t}};
+}
+
+// models.md §2.2, the Qwen3-Next-80B-A3B config (flat, text only; checkpoint prefix model.).
+nlohmann::json qwen3_next_config() {
+  return {{"model_type", "qwen3_next"},
+          {"architectures", {"Qwen3NextForCausalLM"}},
+          {"vocab_size", 151936},
+          {"hidden_size", 2048},
+          {"num_hidden_layers", 48},
+          {"full_attention_interval", 4},
+          {"num_attention_heads", 16},
+          {"num_key_value_heads", 2},
+          {"head_dim", 256},
+          {"linear_num_key_heads", 16},
+          {"linear_num_value_heads", 32},
+          {"linear_key_head_dim", 128},
+          {"linear_value_head_dim", 128},
+          {"linear_conv_kernel_dim", 4},
+          {"num_experts", 512},
+          {"num_experts_per_tok", 10},
+          {"moe_intermediate_size", 512},
+          {"shared_expert_intermediate_size", 512},
+          {"norm_topk_prob", true},
+          {"decoder_sparse_step", 1},
+          {"mlp_only_layers", nlohmann::json::array()},
+          {"intermediate_size", 5120},
+          {"rope_theta", 10000000.0},
+          {"partial_rotary_factor", 0.25},
+          {"max_position_embeddings", 262144},
+          {"rms_norm_eps", 1e-6},
+          {"hidden_act", "silu"},
+          {"tie_word_embeddings", false},
+          {"attention_bias", false},
+          {"bos_token_id", 151643},
+          {"eos_token_id", 151645},
+          {"mtp_num_hidden_layers", 1}};
+}
+
+}  // namespace
+
 nlohmann::json builtin_config(const std::string& family) {
+  if (family == "glm5_next") return glm5_next_config();
+  if (family == "qwen3_next") return qwen3_next_config();
   if (family != "qwen4_exp")
-    raise("E_BENCH_UNSUPPORTED", Where{"", "", "--synthetic"}, "a family with a built-in config (qwen4_exp)",
-          family);
+    raise("E_BENCH_UNSUPPORTED", Where{"", "", "--synthetic"},
+          "a family with a built-in config (qwen4_exp, qwen3_next, glm5_next)", family);
   // models.md §3.2, the shipped Qwen3.8-Flash-Next config.
   nlohmann::json layer_types = nlohmann::json::array();
   for (int i = 0; i < 48; ++i) layer_types.push_back(i % 4 == 3 ? "full_attention" : "linear_attention");
@@ -509,18 +646,47 @@ nlohmann::json synthetic_config(const std::string& spec) {
   return c;
 }
 
+nlohmann::json limit_layers(const nlohmann::json& config, int64_t layers) {
+  nlohmann::json c = config;
+  nlohmann::json& t = c.contains("text_config") ? c["text_config"] : c;
+  const int64_t L = cfg_int(t, "num_hidden_layers");
+  if (layers < 1 || layers > L)
+    raise("E_BENCH_ARGS", Where{"", "", "--layers"}, "1 … " + std::to_string(L) + " (the model's layers)",
+          std::to_string(layers));
+  t["num_hidden_layers"] = layers;
+  // Per-layer schedules keep their first `layers` entries; layer id lists drop the ids past the end.
+  for (auto it = t.begin(); it != t.end(); ++it) {
+    if (it->is_array() && static_cast<int64_t>(it->size()) == L) {
+      nlohmann::json cut = nlohmann::json::array();
+      for (int64_t i = 0; i < layers; ++i) cut.push_back((*it)[i]);
+      *it = cut;
+    } else if (it->is_string() && it.key() == "index_topk_pattern" &&
+               static_cast<int64_t>(it->get<std::string>().size()) == L) {
+      *it = it->get<std::string>().substr(0, layers);
+    }
+  }
+  for (const char* ids : {"ple_layer_ids", "mlp_only_layers"}) {
+    if (!t.contains(ids) || !t[ids].is_array()) continue;
+    nlohmann::json kept = nlohmann::json::array();
+    for (const auto& v : t[ids])
+      if (v.is_number_integer() && v.get<int64_t>() < layers) kept.push_back(v);
+    t[ids] = kept;
+  }
+  return c;
+}
+
 std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
                                                 SyntheticLayout layout, const SyntheticHooks& hooks,
                                                 int threads, uint64_t seed) {
   const auto t0 = Clock::now();
   auto sm = std::make_unique<SyntheticModel>();
   // The multimodal wrapper's prefix, as the shipped checkpoint names its text tensors.
-  sm->config = read_model_config(config, {"model.language_model.embed_tokens.weight"});
+  sm->config = read_model_config(config, prefix_probe(config));
   sm->model = create_model(sm->config);
-  const std::vector<TensorDecl> decls = sm->model->declare();
+  const std::vector<TensorDecl> decls = shaped_decls(*sm->model, sm->config.text);
 
   // Plans, and the largest window each pool must serve.
-  const std::vector<Plan> plans = make_plans(decls, layout);
+  const std::vector<Plan> plans = make_plans(decls, layout, sm->model->info().family);
   std::map<std::string, Pool> pools;
   auto need = [&](Kind k, double std, uint64_t bytes) {
     Pool& p = pools[pool_key(k, std)];

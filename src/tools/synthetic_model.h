@@ -28,18 +28,25 @@ namespace bloomery::tools {
 
 // Which export's formats the tensors get.
 enum class SyntheticLayout {
-  Nvidia,  // nvidia/…-NVFP4: routed experts NVFP4, MTP experts FP8 128×128 blocks, PLE table FP8, rest BF16
-  Qad,     // QAD export (models.md §3.11): + projections MXFP8 (GDN, attention, indexer, shared expert, HC
-           // down/up, PLE projections), MTP experts and the PLE table NVFP4
+  Nvidia,  // nvidia/…-NVFP4 (ModelOpt): routed experts NVFP4, MTP experts FP8 128×128 blocks, PLE table FP8,
+           // rest BF16. qwen3_next gets the same rule (its `mtp.` experts FP8 blocks too: an assumption, not
+           // read from NVIDIA's export); glm5_next's NextN layer (layers.L.) is not `mtp.`, so its experts
+           // are NVFP4.
+  Qad,  // QAD export (models.md §3.11): + projections MXFP8 (GDN, attention, indexer, shared expert, HC
+        // down/up, PLE projections), MTP experts and the PLE table NVFP4
 };
 SyntheticLayout parse_synthetic_layout(const std::string& name);  // "nvidia" | "qad"; E_BENCH_ARGS otherwise
 
-// The built-in full-size config.json of a family (qwen4_exp: models.md §3.2 shipped values). Throws
-// E_BENCH_UNSUPPORTED for a family without one.
+// The built-in full-size config.json of a family (qwen4_exp: models.md §3.2, qwen3_next: §2.2, glm5_next:
+// §4.2 shipped values). Throws E_BENCH_UNSUPPORTED for a family without one.
 nlohmann::json builtin_config(const std::string& family);
 // "family[:path]": the built-in config with path's JSON merged over it (RFC 7386 merge patch; a file
 // without text_config is merged into text_config). E_BENCH_CONFIG when the file cannot be read.
 nlohmann::json synthetic_config(const std::string& spec);
+// The config with only its first `layers` decoder layers (`bench --layers N`, so that a model too big for
+// one device fits it at full per-layer shapes): num_hidden_layers, every per-layer schedule cut to length,
+// layer id lists (PLE layers) cut. E_BENCH_ARGS outside 1 … num_hidden_layers.
+nlohmann::json limit_layers(const nlohmann::json& config, int64_t layers);
 
 // A streamed table's stored bytes as runs of rows in host memory (one run per allocation).
 struct SyntheticTable {

@@ -2,8 +2,9 @@
 // transformers goldens (tests/fixtures/README.md) and against the CPU engine: the 32-token greedy
 // continuation identical; with top-1 agreement >= 99% and mean KL <= 1e-3 per position: the prompt logits,
 // the 32 decode rows (teacher-forced on the golden tokens), the prompt fed in chunks and interleaved with
-// decode steps, and the draft (MTP) layer's logits. qwen3_next and qwen4_exp must run on the card (a missing
-// op is a failure there); other families the card cannot run yet are skipped with the op named, never passed.
+// decode steps, and the draft (MTP) layer's logits. qwen3_next, qwen4_exp and glm5_next must run on the card
+// (a missing op is a failure there); other families the card cannot run yet are skipped with the op named,
+// never passed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -33,7 +34,8 @@ constexpr double kMaxMeanKl = 1e-3;  // mean over positions of KL(reference ‖ 
 
 // Families whose every op the CUDA backend implements: their fixtures must run, never skip.
 bool must_run(const std::string& folder) {
-  return folder.rfind("qwen3_next", 0) == 0 || folder.rfind("qwen4_exp", 0) == 0;
+  return folder.rfind("qwen3_next", 0) == 0 || folder.rfind("qwen4_exp", 0) == 0 ||
+         folder.rfind("glm5_next", 0) == 0;
 }
 
 // The GPU machine runs the carried binary from another path: the env var wins over the build's path.

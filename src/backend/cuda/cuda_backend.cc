@@ -94,9 +94,7 @@ void CudaBackend::report_graph_ties() {
   if (graph_ties_seen_ == 0 && ties > 0)
     std::fprintf(
         stderr,
-        "bloomery: qwen4_exp QSA indexer top-k decided by an exact score tie (%d queries in CUDA graph "
-        "steps)\n",
-        ties);
+        "bloomery: an indexer / router top-k decided by an exact score tie (%d in CUDA graph steps)\n", ties);
   graph_ties_seen_ = ties;
 }
 

@@ -1,7 +1,7 @@
 // The CUDA backend: the generic ops of backend.h on device memory, weights kept on the card in their stored
 // formats (NVFP4 nibbles + E4M3 scales + f32 global, MXFP8 bytes + E8M0, FP8 blocks with an f32 grid, BF16).
-// Family ops: the qwen4_exp ones are in family/qwen4_ops.cc; glm5_next's (KDA, MLA/DSA, mHC, sigmoid
-// router) keep FamilyOps' E_BACKEND_UNSUPPORTED default until tensor parallel brings that family to the card.
+// Family ops: the qwen4_exp ones are in family/qwen4_ops.cc, glm5_next's (mHC, KDA, DSA indexer, NoPE MLA,
+// sigmoid router) in family/glm_ops.cc.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -124,6 +124,24 @@ class CudaBackend final : public Backend {
   int64_t qsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& blocks, int64_t q0,
                            const QsaIndexSpec& spec) override;
 
+  // glm5_next family ops (family/glm_ops.cc).
+  void mhc_pre(Tensor& h, Tensor& post, Tensor& comb, const Tensor& X, const Weight& fn, const Weight& base,
+               const Weight& scale, const MhcSpec& spec) override;
+  void mhc_post(Tensor& X, const Tensor& y, const Tensor& post, const Tensor& comb) override;
+  void stream_mean(Tensor& out, const Tensor& X, int n) override;
+  void kda_gate(Tensor& g, const Tensor& f, const Weight& dt_bias, const Weight& A_log, bool has_lower,
+                float lower) override;
+  void kda_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
+                const Tensor& beta, Tensor& state, bool chunked) override;
+  void dsa_index_append(Tensor& keys, Tensor& gates, Tensor& pools, const Tensor& k, const Tensor& gs,
+                        int64_t pos0, const Weight& ape) override;
+  int64_t dsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& wts, const Tensor& pools,
+                           int64_t q0, int pool, int topk) override;
+  void mla_attention(Tensor& out, const Tensor& q, const Tensor& latent, const Weight& kv_b, int64_t q0,
+                     float scale, const Tensor& allowed) override;
+  int64_t route_sigmoid_topk(Tensor& ids, Tensor& weights, const Tensor& logits, const Weight* bias,
+                             const SigmoidRouterSpec& spec) override;
+
   // A weight from stored bytes already validated by the format layer (load_weight's upload step; tests).
   Weight upload_stored(const std::string& name, std::vector<int64_t> shape, const WeightBytes& stored);
 
@@ -142,6 +160,10 @@ class CudaBackend final : public Backend {
 
   // qwen4_exp's QSA tie count inside captured steps: accumulated on the card, read after the step.
   void report_graph_ties();
+  // A top-k op's device tie counter (the step's inside a capture; else a zeroed int kept alive by `hold`) and
+  // its count for the caller (0 inside a capture: reported after the step).
+  int* tie_counter(std::shared_ptr<void>& hold, const char* op);
+  int64_t read_ties(const int* d, const char* op);
 
   int device_ = 0;
   StepGraphs graphs_{step_graphs_requested(), step_graph_segment_layers()};

@@ -18,21 +18,16 @@ TEST(BackendChoice, AutoPicksCudaOnlyWhereItCanRun) {
   const BackendPick q = pick_backend("auto", kFixtures / "qwen4_exp-modelopt-mixed");
   const bool gpu = cuda_built() && cuda_device_count() > 0;
   EXPECT_EQ(q.name, gpu ? "cuda" : "cpu") << q.why;
-  // glm5_next's family ops are not on the card: auto stays on the CPU engine, whatever the machine.
+  // glm5_next's family ops are on the card too (backend/cuda/family/glm_ops.cc).
   const BackendPick g = pick_backend("auto", kFixtures / "glm5_next-bf16");
-  EXPECT_EQ(g.name, "cpu") << g.why;
+  EXPECT_EQ(g.name, gpu ? "cuda" : "cpu") << g.why;
   EXPECT_FALSE(g.why.empty());
 }
 
-TEST(BackendChoice, CudaRefusesAFamilyItCannotRunByName) {
-  EXPECT_NO_THROW(check_backend_runs("cuda", kFixtures / "qwen3_next-bf16"));
-  EXPECT_NO_THROW(check_backend_runs("cuda", kFixtures / "qwen4_exp-bf16"));
-  try {
-    check_backend_runs("cuda", kFixtures / "glm5_next-bf16");
-    FAIL() << "glm5_next accepted on cuda";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.id(), "E_BACKEND_UNSUPPORTED");
-    EXPECT_NE(std::string(e.what()).find("mhc_pre"), std::string::npos) << e.what();
+TEST(BackendChoice, CudaRunsEveryFamily) {
+  for (const char* f : {"qwen3_next-bf16", "qwen4_exp-bf16", "glm5_next-bf16", "glm5_next-modelopt-mixed"}) {
+    EXPECT_NO_THROW(check_backend_runs("cuda", kFixtures / f)) << f;
+    EXPECT_TRUE(missing_family_ops("cuda", folder_model_type(kFixtures / f)).empty()) << f;
   }
 }
 

@@ -79,8 +79,8 @@ TEST(Synthetic, ConfigMergesOverBuiltin) {
   EXPECT_EQ(tiny["text_config"]["output_gate_type"], "sigmoid");  // kept from the built-in config
   EXPECT_EQ(tiny["model_type"], "qwen4_exp");
   try {
-    synthetic_config("glm5_next");
-    FAIL() << "no built-in glm5_next config";
+    synthetic_config("no_such_family");
+    FAIL() << "no built-in config for an unknown family";
   } catch (const Error& e) {
     EXPECT_EQ(e.info().id, "E_BENCH_UNSUPPORTED");
   }
