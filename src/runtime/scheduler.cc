@@ -434,20 +434,26 @@ void Scheduler::step() {
   publish_locked();
 }
 
-// How many drafts the slot verifies this step: none for a sampled request (greedy acceptance only, for now)
-// and never more than the request may still emit (a round emits up to k + 1) or the state can hold (k + 1
-// rows).
+// How many drafts the slot verifies this step: never more than the request may still emit (a round emits up
+// to k + 1) or the state can hold (k + 1 rows).
 int Scheduler::draft_width(const Slot& s) const {
-  if (config_.spec.n_max <= 0 || !engine_.drafting() || s.req.sampling.temperature > 0.0) return 0;
+  if (config_.spec.n_max <= 0 || !engine_.drafting()) return 0;
   int64_t k = std::min(config_.spec.n_max, kMaxDrafts);
   k = std::min(k, s.state->capacity - s.state->pos - 1);
   if (s.req.n_predict >= 0) k = std::min(k, s.req.n_predict - s.n_decoded - 1);
   return static_cast<int>(std::max<int64_t>(k, 0));
 }
 
-// The tokens of one decode item: one sampled token per row; a verify's row j checks draft j (greedy: the
-// sampled token must equal it). The first mismatch, an EOS, a stop or the limit ends the round, and the
-// engine keeps exactly the rows that were fed for the tokens taken (never one past an EOS).
+// The tokens of one decode item: one token per row, drawn by the request's own sampler from that row (its
+// penalties seeing the tokens taken so far, drafts included); a verify's row j accepts draft j when the draw
+// is the draft. The first mismatch, an EOS, a stop or the limit ends the round, and the engine keeps exactly
+// the rows that were fed for the tokens taken (never one past an EOS).
+//
+// Lossless for greedy and sampled requests alike: the drafts are deterministic (q one-hot), and "draw x ~ p,
+// accept iff x = d, else emit x" accepts d with probability p(d) and, on a reject, emits from p with d
+// removed and renormalised: the speculative-sampling rule min(1, p/q) with its residual for a one-hot q.
+// Each emitted token takes one draw from the slot's generator, as without drafting, so a seeded request
+// gives the same tokens with drafting on or off wherever the verify rows' logits equal the decode's.
 void Scheduler::take_tokens(Slot& s, StepItem& it) {
   const SamplingParams& sp = s.req.sampling;
   const int64_t V = engine_.vocab_size();

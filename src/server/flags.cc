@@ -478,7 +478,7 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "TYPE",
        "none",
-       "none, or draft-mtp (the checkpoint's own MTP/NextN layer drafts; greedy requests verify them)",
+       "none, or draft-mtp (the checkpoint's own MTP/NextN layer drafts, the model verifies)",
        [](O& o, auto& f, auto& v) {
          if (v == "none" || v == "draft-mtp") {
            o.spec_type = v;
@@ -527,7 +527,7 @@ const std::vector<Flag>& flag_table() {
        [](O& o, auto& f, auto& v) {
          if (v == "probabilistic")
            raise("E_FLAG_REFUSED", Where{"", "", f}, "greedy", "'" + v + "'",
-                 "sampled acceptance is not implemented yet");
+                 "drafts sampled from the draft distribution are not implemented yet");
          if (v != "greedy") bad_value(f, "greedy", v);
        }},
       {{"--spec-default"},

@@ -62,7 +62,7 @@ std::string fmt_pos(int i, uint64_t drafted, uint64_t accepted) {
 int run_drafting(Model& model, Backend& backend, const std::string& folder, const std::string& missing,
                  const std::vector<int32_t>& ids, const std::vector<int32_t>& eos, int n_predict,
                  bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min, float p_min,
-                 Clock::time_point t0) {
+                 const SamplerConfig& sc, Clock::time_point t0) {
   if (!model.info().has_draft)
     raise("E_SPEC_NO_DRAFT", Where{folder, missing, "--spec-type"},
           "a checkpoint with its MTP/NextN draft layer", "none", "run without --spec-type draft-mtp");
@@ -74,13 +74,15 @@ int run_drafting(Model& model, Backend& backend, const std::string& folder, cons
   SchedulerConfig cfg;
   cfg.n_ctx_slot = static_cast<int64_t>(ids.size()) + n_predict + 1;
   cfg.spec = {n_max, n_min, p_min};
-  SampleFn greedy = [](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
-                       std::mt19937_64&) {
+  // The run's sampler, drawing from the slot's generator (seeded with --seed): one draw per emitted token.
+  SampleFn sample = [sc](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
+                         std::mt19937_64& rng) {
     SampledToken t;
-    t.id = argmax(logits);
+    SampleScratch scratch;
+    t.id = sample_filtered(logits, sc, rng, scratch);
     return t;
   };
-  Scheduler sched(engine, cfg, greedy);
+  Scheduler sched(engine, cfg, sample);
   auto t_loaded = Clock::now();
   std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens; drafting up to %d (MTP)\n",
                folder.c_str(), model.info().family.c_str(), seconds(t0, t_loaded), backend.threads(),
@@ -95,7 +97,8 @@ int run_drafting(Model& model, Backend& backend, const std::string& folder, cons
   GenRequest req;
   req.prompt = ids;
   req.n_predict = n_predict;
-  req.sampling.temperature = 0.0;
+  req.sampling.temperature = sc.temperature;
+  req.sampling.seed = sc.seed;
   req.eos_ids = eos;
   req.ignore_eos = ignore_eos;
   req.on_token = [&](const SampledToken& t) {
@@ -172,7 +175,7 @@ int run_run(int argc, char** argv) {
   app.add_flag("--load-per-weight", per_weight,
                "load weight after weight through Backend::load_weight instead of the parallel loader");
   app.add_option("--spec-type", spec_type,
-                 "none, or draft-mtp: the checkpoint's own MTP/NextN layer drafts, greedy verify (--temp 0)")
+                 "none, or draft-mtp: the checkpoint's own MTP/NextN layer drafts, the model verifies")
       ->check(CLI::IsMember({"none", "draft-mtp"}));
   app.add_option("--spec-draft-n-max,--draft-max,--draft,--draft-n", spec_n_max, "most drafts per step")
       ->check(CLI::Range(1, 8));
@@ -184,10 +187,6 @@ int run_run(int argc, char** argv) {
       ->check(CLI::Range(0.0f, 1.0f));
   CLI11_PARSE(app, argc, argv);
   const bool drafting = spec_type == "draft-mtp";
-  if (drafting && temp > 0.0f) {
-    std::fprintf(stderr, "error: --spec-type draft-mtp verifies greedily: use --temp 0\n");
-    return 2;
-  }
   if (drafting && !logits_out.empty()) {
     std::fprintf(stderr, "error: --logits-out is not written with --spec-type draft-mtp\n");
     return 2;
@@ -253,7 +252,8 @@ int run_run(int argc, char** argv) {
 
   if (drafting)
     return run_drafting(model, *backend, lm->folder, missing_draft_tensors(*lm), ids, eos, n_predict,
-                        ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min, spec_p_min, t0);
+                        ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min, spec_p_min,
+                        SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
 
   Engine engine(*backend, model);
   SeqId seq = engine.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);

@@ -82,7 +82,8 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     DraftCounts counts;
   };
   Run generate(const std::vector<int32_t>& prompt, int n_predict, int k,
-               std::function<int32_t(int64_t, int, int32_t)> hook, std::vector<int32_t> eos = {}) {
+               std::function<int32_t(int64_t, int, int32_t)> hook, std::vector<int32_t> eos = {},
+               float temperature = 0.0f, uint64_t seed = 0) {
     ModelStepEngine engine(model(), be());
     if (k > 0) {
       DraftOptions o;
@@ -94,10 +95,14 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     cfg.n_ctx_slot = static_cast<int64_t>(prompt.size()) + n_predict + 8;
     cfg.n_ubatch = 16;  // a few prompt chunks, so the draft layer catches up over chunk borders
     cfg.spec.n_max = k;
-    SampleFn greedy = [](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
-                         std::mt19937_64&) {
+    // Greedy, or the runtime sampler's draw (temperature, no cuts) from the slot's seeded generator.
+    SampleFn greedy = [temperature](std::span<const float> logits, const SamplingParams&,
+                                    std::span<const int32_t>, std::mt19937_64& rng) {
       SampledToken t;
-      t.id = argmax(logits);
+      SampleScratch scratch;
+      t.id = temperature > 0.0f
+                 ? sample_filtered(logits, SamplerConfig{temperature, 0, 1.0f, 0.0f, 0}, rng, scratch)
+                 : argmax(logits);
       return t;
     };
     Scheduler sched(engine, cfg, greedy);
@@ -106,7 +111,8 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     GenRequest req;
     req.prompt = prompt;
     req.n_predict = n_predict;
-    req.sampling.temperature = 0.0;
+    req.sampling.temperature = temperature;
+    req.sampling.seed = seed;
     req.eos_ids = std::move(eos);
     req.on_token = [&](const SampledToken& t) {
       run.out.push_back(t.id);
@@ -278,6 +284,25 @@ TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
                 static_cast<unsigned long long>(on.counts.drafted_total()),
                 static_cast<unsigned long long>(on.counts.accepted_total()));
   }
+}
+
+// Sampled requests draft too: each emitted token is one draw from the slot's generator on a row equal to the
+// decode's, so a seeded run gives the same tokens with drafts as without (the distribution test is
+// tests/unit/server/spec_sampling_test.cc).
+TEST_P(SpecDecode, SeededSampledRunEqualsWithout) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 20, 11);
+  const Run off = generate(prompt, 96, 0, {}, {}, 1.0f, 77);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const Run on = generate(
+      prompt, 96, 3,
+      [&](int64_t pos, int, int32_t d) {
+        const int64_t i = pos - P;
+        return i >= 0 && i < 96 && mix(pos, 5) % 2 ? off.out[i] : d;
+      },
+      {}, 1.0f, 77);
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_GT(on.counts.accepted_total(), 0u);
 }
 
 TEST_P(SpecDecode, EosInsideAnAcceptedRunStopsThere) {
