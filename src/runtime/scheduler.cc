@@ -54,7 +54,7 @@ static void check_item(const StepItem& it, int64_t vocab) {
 // The last row of an item's logits (every row for a verify), downloaded; the hiddens go to the draft queue
 // (a verify's wait for commit, which knows how many rows stay).
 void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
-  if (drafting_) {
+  if (drafting_ && draft_options_.source == DraftOptions::Source::Mtp) {
     if (it.speculative) {
       it.state->verify_hidden = r.hidden;
       it.state->verify_ids.assign(it.ids.begin(), it.ids.end());
@@ -73,7 +73,7 @@ void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
 }
 
 void ModelStepEngine::enable_drafting(DraftOptions options) {
-  if (!model_.info().has_draft)
+  if (options.source == DraftOptions::Source::Mtp && !model_.info().has_draft)
     raise("E_SPEC_NO_DRAFT", Where{"", "", "--spec-type"}, "a checkpoint with an MTP/NextN draft layer",
           model_.info().family + " without one");
   drafting_ = true;

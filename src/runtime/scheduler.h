@@ -147,6 +147,7 @@ struct SpecConfig {
   int n_max = 0;       // most drafts per round; 0: off
   int n_min = 0;       // fewer drafts than this: verify none (llama-server's --spec-draft-n-min)
   float p_min = 0.0f;  // for the engine's drafting (DraftOptions::p_min)
+  bool ngram = false;  // for the engine: n-gram lookup drafts (--spec-type ngram-simple) instead of MTP
 };
 
 // Drafted and accepted counts by draft position (0 = the first draft of a round), as /slots and /metrics

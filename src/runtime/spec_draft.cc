@@ -1,6 +1,7 @@
 // MTP drafting: the draft queue and the greedy proposal (spec_draft.h).
 #include "runtime/spec_draft.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
@@ -69,6 +70,15 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,
                                    const DraftOptions& opt) {
   std::vector<int32_t> out;
+  if (opt.source == DraftOptions::Source::Ngram) {
+    std::vector<int32_t> ctx = st.history;
+    ctx.push_back(pending);
+    out = ngram_propose(ctx, k, opt.ngram_max, opt.ngram_min);
+    if (opt.hook)
+      for (size_t j = 0; j < out.size(); ++j)
+        out[j] = opt.hook(st.pos + 1 + static_cast<int64_t>(j), static_cast<int>(j), out[j]);
+    return out;
+  }
   if (k <= 0 || st.draft_rows.empty()) return out;
   st.draft_next.push_back(pending);
   ForwardResult r = catch_up(model, be, st, static_cast<int64_t>(st.draft_next.size()));
@@ -87,6 +97,21 @@ std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st,
     if (j + 1 == k) break;
     const int32_t id = d;
     r = model.draft(be, st, r.hidden.slice(T - 1, 1), std::span(&id, 1));
+  }
+  return out;
+}
+
+std::vector<int32_t> ngram_propose(std::span<const int32_t> ctx, int k, int ngram_max, int ngram_min) {
+  std::vector<int32_t> out;
+  const int64_t L = static_cast<int64_t>(ctx.size());
+  for (int64_t n = std::min<int64_t>(ngram_max, L - 1); n >= std::max(1, ngram_min) && out.empty(); --n) {
+    const auto suffix = ctx.subspan(static_cast<size_t>(L - n));
+    // Latest earlier occurrence: a start s < L − n whose n tokens equal the suffix.
+    for (int64_t s = L - n - 1; s >= 0; --s) {
+      if (!std::equal(suffix.begin(), suffix.end(), ctx.begin() + s)) continue;
+      for (int64_t j = s + n; j < L && static_cast<int>(out.size()) < k; ++j) out.push_back(ctx[j]);
+      break;
+    }
   }
   return out;
 }

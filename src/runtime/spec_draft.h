@@ -18,6 +18,11 @@
 namespace bloomery {
 
 struct DraftOptions {
+  // Where drafts come from: the model's MTP/NextN layer, or n-gram lookup in the sequence's own tokens
+  // (llama.cpp's lookup decoding, --spec-type ngram-simple: no draft layer, no draft state).
+  enum class Source { Mtp, Ngram } source = Source::Mtp;
+  int ngram_max = 4;  // Ngram: the longest suffix looked up (then shorter ones, down to ngram_min)
+  int ngram_min = 1;
   int n_max = 3;       // most drafts per round (1 … 8)
   float p_min = 0.0f;  // stop drafting when the draft's top probability falls below this
   // Test hook: the draft at position `pos` (the j-th of its round, 0-based) may be replaced (to force accepts
@@ -34,5 +39,10 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
 // catch-up over the queue ends in `pending`, then k − 1 draft steps on the draft layer's own hidden.
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,
                                    const DraftOptions& opt);
+
+// N-gram lookup: the tokens that followed the latest earlier occurrence of the context's last n tokens
+// (n from ngram_max down to ngram_min, the longest match wins), at most k of them. `context` ends with the
+// pending token.
+std::vector<int32_t> ngram_propose(std::span<const int32_t> context, int k, int ngram_max, int ngram_min);
 
 }  // namespace bloomery

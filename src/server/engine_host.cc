@@ -125,12 +125,13 @@ void EngineHost::load(const SchedulerConfig& config, int threads,
   if (progress) progress(1, 1);
   auto step = std::make_unique<ModelStepEngine>(*lm_->model, *backend_);
   if (config.spec.n_max > 0) {
-    if (!lm_->model->info().has_draft)
+    if (!config.spec.ngram && !lm_->model->info().has_draft)
       raise("E_SPEC_NO_DRAFT", Where{lm_->folder, missing_draft_tensors(*lm_), "--spec-type"},
             "a checkpoint with its MTP/NextN draft layer", "none", "start without --spec-type draft-mtp");
     DraftOptions d;
     d.n_max = config.spec.n_max;
     d.p_min = config.spec.p_min;
+    if (config.spec.ngram) d.source = DraftOptions::Source::Ngram;
     step->enable_drafting(d);
   }
   step_ = std::move(step);

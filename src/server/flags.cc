@@ -478,20 +478,22 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "TYPE",
        "none",
-       "none, or draft-mtp (the checkpoint's own MTP/NextN layer drafts, the model verifies)",
+       "none, draft-mtp (the checkpoint's own MTP/NextN layer drafts) or ngram-simple (drafts looked up in "
+       "the "
+       "request's own tokens); the model verifies",
        [](O& o, auto& f, auto& v) {
-         if (v == "none" || v == "draft-mtp") {
+         if (v == "none" || v == "draft-mtp" || v == "ngram-simple") {
            o.spec_type = v;
            return;
          }
-         static const std::vector<std::string> later = {"ngram-simple", "ngram-map-k",  "ngram-map-k4v",
-                                                        "ngram-mod",    "ngram-cache",  "draft-simple",
-                                                        "draft-eagle3", "draft-dflash", "draft-dspark"};
+         static const std::vector<std::string> later = {"ngram-map-k",  "ngram-map-k4v", "ngram-mod",
+                                                        "ngram-cache",  "draft-simple",  "draft-eagle3",
+                                                        "draft-dflash", "draft-dspark"};
          if (std::find(later.begin(), later.end(), v) != later.end())
-           raise("E_FLAG_REFUSED", Where{"", "", f}, "none or draft-mtp", "'" + v + "'",
-                 v.rfind("ngram", 0) == 0 ? "n-gram drafting is not implemented yet"
+           raise("E_FLAG_REFUSED", Where{"", "", f}, "none, draft-mtp or ngram-simple", "'" + v + "'",
+                 v.rfind("ngram", 0) == 0 ? "only ngram-simple is implemented"
                                           : "external draft models are not supported");
-         bad_value(f, "none or draft-mtp", v);
+         bad_value(f, "none, draft-mtp or ngram-simple", v);
        }},
       {{"--spec-draft-n-max", "--draft-max", "--draft", "--draft-n"},
        {},

@@ -59,21 +59,22 @@ std::string fmt_pos(int i, uint64_t drafted, uint64_t accepted) {
 
 // `bloomery run --spec-type draft-mtp`: greedy generation through the scheduler with MTP drafting, then the
 // drafted / accepted counts, the acceptance per draft position and the mean accepted length.
-int run_drafting(Model& model, Backend& backend, const std::string& folder, const std::string& missing,
-                 const std::vector<int32_t>& ids, const std::vector<int32_t>& eos, int n_predict,
-                 bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min, float p_min,
-                 const SamplerConfig& sc, Clock::time_point t0) {
-  if (!model.info().has_draft)
+int run_drafting(Model& model, Backend& backend, const std::string& folder, bool ngram,
+                 const std::string& missing, const std::vector<int32_t>& ids, const std::vector<int32_t>& eos,
+                 int n_predict, bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min,
+                 float p_min, const SamplerConfig& sc, Clock::time_point t0) {
+  if (!ngram && !model.info().has_draft)
     raise("E_SPEC_NO_DRAFT", Where{folder, missing, "--spec-type"},
           "a checkpoint with its MTP/NextN draft layer", "none", "run without --spec-type draft-mtp");
   ModelStepEngine engine(model, backend);
   DraftOptions d;
   d.n_max = n_max;
   d.p_min = p_min;
+  if (ngram) d.source = DraftOptions::Source::Ngram;
   engine.enable_drafting(d);
   SchedulerConfig cfg;
   cfg.n_ctx_slot = static_cast<int64_t>(ids.size()) + n_predict + 1;
-  cfg.spec = {n_max, n_min, p_min};
+  cfg.spec = {n_max, n_min, p_min, ngram};
   // The run's sampler, drawing from the slot's generator (seeded with --seed): one draw per emitted token.
   SampleFn sample = [sc](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
                          std::mt19937_64& rng) {
@@ -84,9 +85,9 @@ int run_drafting(Model& model, Backend& backend, const std::string& folder, cons
   };
   Scheduler sched(engine, cfg, sample);
   auto t_loaded = Clock::now();
-  std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens; drafting up to %d (MTP)\n",
+  std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens; drafting up to %d (%s)\n",
                folder.c_str(), model.info().family.c_str(), seconds(t0, t_loaded), backend.threads(),
-               ids.size(), n_max);
+               ids.size(), n_max, ngram ? "n-gram lookup" : "MTP");
   if (tok) {
     std::fputs(tok->decode_text(ids).c_str(), stdout);
     std::fflush(stdout);
@@ -174,9 +175,11 @@ int run_run(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress, "no load progress bar and no memory plan on stderr");
   app.add_flag("--load-per-weight", per_weight,
                "load weight after weight through Backend::load_weight instead of the parallel loader");
-  app.add_option("--spec-type", spec_type,
-                 "none, or draft-mtp: the checkpoint's own MTP/NextN layer drafts, the model verifies")
-      ->check(CLI::IsMember({"none", "draft-mtp"}));
+  app.add_option(
+         "--spec-type", spec_type,
+         "none, draft-mtp (the checkpoint's own MTP/NextN layer drafts) or ngram-simple (lookup in the "
+         "sequence's own tokens); the model verifies")
+      ->check(CLI::IsMember({"none", "draft-mtp", "ngram-simple"}));
   app.add_option("--spec-draft-n-max,--draft-max,--draft,--draft-n", spec_n_max, "most drafts per step")
       ->check(CLI::Range(1, 8));
   app.add_option("--spec-draft-n-min,--draft-min,--draft-n-min", spec_n_min,
@@ -186,7 +189,7 @@ int run_run(int argc, char** argv) {
                  "stop drafting when the draft's top probability falls below P")
       ->check(CLI::Range(0.0f, 1.0f));
   CLI11_PARSE(app, argc, argv);
-  const bool drafting = spec_type == "draft-mtp";
+  const bool drafting = spec_type != "none";
   if (drafting && !logits_out.empty()) {
     std::fprintf(stderr, "error: --logits-out is not written with --spec-type draft-mtp\n");
     return 2;
@@ -251,9 +254,9 @@ int run_run(int argc, char** argv) {
   if (eos.empty() && tok) eos = tok->eos_ids();
 
   if (drafting)
-    return run_drafting(model, *backend, lm->folder, missing_draft_tensors(*lm), ids, eos, n_predict,
-                        ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min, spec_p_min,
-                        SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
+    return run_drafting(model, *backend, lm->folder, spec_type == "ngram-simple", missing_draft_tensors(*lm),
+                        ids, eos, n_predict, ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min,
+                        spec_p_min, SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
 
   Engine engine(*backend, model);
   SeqId seq = engine.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);

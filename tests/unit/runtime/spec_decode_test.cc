@@ -83,11 +83,12 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
   };
   Run generate(const std::vector<int32_t>& prompt, int n_predict, int k,
                std::function<int32_t(int64_t, int, int32_t)> hook, std::vector<int32_t> eos = {},
-               float temperature = 0.0f, uint64_t seed = 0) {
+               float temperature = 0.0f, uint64_t seed = 0, bool ngram = false) {
     ModelStepEngine engine(model(), be());
     if (k > 0) {
       DraftOptions o;
       o.n_max = k;
+      if (ngram) o.source = DraftOptions::Source::Ngram;
       o.hook = std::move(hook);
       engine.enable_drafting(o);
     }
@@ -323,6 +324,35 @@ TEST_P(SpecDecode, EosInsideAnAcceptedRunStopsThere) {
   EXPECT_EQ(on.fin.reason, StopReason::Eos);
   EXPECT_EQ(on.out, off.out);
   EXPECT_EQ(on.fin.n_predicted, off.fin.n_predicted);
+}
+
+// ngram-simple: drafts looked up in the sequence's own tokens (the greedy random fixtures fall into loops, so
+// lookups get accepted), no draft layer; lossless the same way.
+TEST_P(SpecDecode, GreedyWithNgramDraftsEqualsWithout) {
+  const int64_t V = model().info().vocab_size;
+  auto prompt = tokens(V, 16, 21);
+  prompt.insert(prompt.end(), prompt.begin(), prompt.end());  // a repeat to look up from the start
+  const int n = std::min(greedy_tokens(), 192);
+  const Run off = generate(prompt, n, 0, {});
+  const Run on = generate(prompt, n, 4, {}, {}, 0.0f, 0, true);
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_GT(on.counts.drafted_total(), 0u);
+  std::printf("    %s ngram drafted %llu accepted %llu\n", GetParam().c_str(),
+              static_cast<unsigned long long>(on.counts.drafted_total()),
+              static_cast<unsigned long long>(on.counts.accepted_total()));
+}
+
+TEST(NgramPropose, LongestLatestMatchAndItsFollowers) {
+  // ... 5 6 7 8 | 1 2 3 9 9 | 5 6 7 → the latest "5 6 7" is followed by 8 1 2.
+  const std::vector<int32_t> ctx{5, 6, 7, 8, 1, 2, 3, 9, 9, 5, 6, 7};
+  EXPECT_EQ(ngram_propose(ctx, 3, 4, 1), (std::vector<int32_t>{8, 1, 2}));
+  EXPECT_EQ(ngram_propose(ctx, 8, 4, 1), (std::vector<int32_t>{8, 1, 2, 3, 9, 9, 5, 6}));
+  // Only a 1-gram matches: 4 … 4 → what followed the earlier 4.
+  EXPECT_EQ(ngram_propose(std::vector<int32_t>{4, 3, 1, 4}, 2, 4, 1), (std::vector<int32_t>{3, 1}));
+  EXPECT_TRUE(ngram_propose(std::vector<int32_t>{4, 3, 1, 4}, 2, 4, 2).empty());  // no 2-gram repeats
+  EXPECT_TRUE(ngram_propose(std::vector<int32_t>{1, 2, 3}, 2, 4, 1).empty());
+  // The latest of two occurrences: 7 a … 7 b … 7 → b.
+  EXPECT_EQ(ngram_propose(std::vector<int32_t>{7, 1, 7, 2, 7}, 1, 1, 1), (std::vector<int32_t>{2}));
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpecDecode, ::testing::ValuesIn(testing_fixtures::fixture_names()),
