@@ -1,6 +1,7 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "models/forward_step.h"
@@ -155,6 +156,8 @@ struct Scheduler::Slot {
   int32_t last = -1;            // the token to feed next step (decode phase)
   std::vector<int32_t> feed;    // this step's decode ids: last, then the drafts to verify
   DraftCounts drafts;           // the request's drafted / accepted counts
+  double accept_avg = 1.0;      // moving average of the acceptance per draft (adaptive width), optimistic
+  int plain_steps = 0;          // steps at width 0 since the last probe
   std::vector<int32_t> recent;  // prompt + generated, for the penalties
   std::mt19937_64 rng;
   Clock::time_point t_start, t_first;
@@ -246,6 +249,8 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.n_decoded = 0;
     s.last = -1;
     s.drafts = DraftCounts{};
+    s.accept_avg = 1.0;
+    s.plain_steps = 0;
     s.recent = s.req.prompt;
     s.rng.seed(s.req.sampling.seed);
     s.t_start = Clock::now();
@@ -436,12 +441,35 @@ void Scheduler::step() {
 
 // How many drafts the slot verifies this step: never more than the request may still emit (a round emits up
 // to k + 1) or the state can hold (k + 1 rows).
-int Scheduler::draft_width(const Slot& s) const {
+int Scheduler::draft_width(Slot& s) const {
   if (config_.spec.n_max <= 0 || !engine_.drafting()) return 0;
   int64_t k = std::min(config_.spec.n_max, kMaxDrafts);
+  if (config_.spec.adaptive) k = std::min<int64_t>(k, adaptive_width(s));
   k = std::min(k, s.state->capacity - s.state->pos - 1);
   if (s.req.n_predict >= 0) k = std::min(k, s.req.n_predict - s.n_decoded - 1);
   return static_cast<int>(std::max<int64_t>(k, 0));
+}
+
+// The width that pays best for the slot's measured acceptance (SpecConfig::adaptive); 1 as a probe every
+// probe_every steps while it is 0.
+int Scheduler::adaptive_width(Slot& s) const {
+  const double p = std::clamp(s.accept_avg, 0.0, 0.999);
+  int best = 0;
+  double best_rate = 1.0;  // width 0: one token per plain step
+  for (int k = 1; k <= std::min(config_.spec.n_max, kMaxDrafts); ++k) {
+    const double tokens = (1.0 - std::pow(p, k + 1)) / (1.0 - p);
+    const double rate = tokens / (1.0 + config_.spec.draft_cost * k);
+    if (rate > best_rate * 1.0001) best = k, best_rate = rate;
+  }
+  if (best > 0) {
+    s.plain_steps = 0;
+    return best;
+  }
+  if (++s.plain_steps >= config_.spec.probe_every) {
+    s.plain_steps = 0;
+    return 1;
+  }
+  return 0;
 }
 
 // The tokens of one decode item: one token per row, drawn by the request's own sampler from that row (its
@@ -463,6 +491,12 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
   if (n_drafts > 0) round.rounds = 1;
   for (int64_t j = 0; j < n_drafts; ++j) round.drafted[j] = 1;
   auto account = [&] {
+    if (n_drafts > 0) {  // each draft verified moves the average by its outcome, until the first reject
+      for (int64_t j = 0; j < n_drafts; ++j) {
+        s.accept_avg = 0.9 * s.accept_avg + 0.1 * static_cast<double>(round.accepted[j]);
+        if (!round.accepted[j]) break;
+      }
+    }
     s.drafts.add(round);
     std::lock_guard lk(mu_);
     stats_.drafts.add(round);

@@ -148,6 +148,13 @@ struct SpecConfig {
   int n_min = 0;       // fewer drafts than this: verify none (llama-server's --spec-draft-n-min)
   float p_min = 0.0f;  // for the engine's drafting (DraftOptions::p_min)
   bool ngram = false;  // for the engine: n-gram lookup drafts (--spec-type ngram-simple) instead of MTP
+  // Adaptive width per slot: from the slot's measured acceptance p (a moving average per draft), the width k
+  // in 0 … n_max that maximises the expected tokens per verify, (1 − p^(k+1)) / (1 − p), over its cost,
+  // 1 + draft_cost · k (in plain decode steps); at width 0 a one-draft probe every probe_every steps keeps
+  // measuring. Off: always n_max.
+  bool adaptive = true;
+  float draft_cost = 0.25f;
+  int probe_every = 16;
 };
 
 // Drafted and accepted counts by draft position (0 = the first draft of a round), as /slots and /metrics
@@ -235,7 +242,8 @@ class Scheduler {
   void finish(Slot& s, StopReason reason, std::string error = {});
   void step();
   void hint(Slot& s, int64_t take);
-  int draft_width(const Slot& s) const;
+  int draft_width(Slot& s) const;
+  int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);
 
   StepEngine& engine_;

@@ -96,6 +96,7 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     cfg.n_ctx_slot = static_cast<int64_t>(prompt.size()) + n_predict + 8;
     cfg.n_ubatch = 16;  // a few prompt chunks, so the draft layer catches up over chunk borders
     cfg.spec.n_max = k;
+    cfg.spec.adaptive = false;  // every round drafts k (the width is what these tests vary)
     // Greedy, or the runtime sampler's draw (temperature, no cuts) from the slot's seeded generator.
     SampleFn greedy = [temperature](std::span<const float> logits, const SamplingParams&,
                                     std::span<const int32_t>, std::mt19937_64& rng) {

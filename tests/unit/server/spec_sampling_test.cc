@@ -3,6 +3,7 @@
 // drafts (k = 3) match the table's softmax in a chi-square test, a seeded run equals the same run without
 // drafts token for token, and both paths (accepted and rejected drafts) really run.
 #include <cmath>
+#include <functional>
 #include <future>
 #include <set>
 
@@ -75,16 +76,18 @@ struct Out {
   FinishInfo fin;
 };
 
-Out generate(StepEngine& e, int k, int64_t n, uint64_t seed) {
+Out generate(StepEngine& e, int k, int64_t n, uint64_t seed, bool adaptive = false,
+             double temperature = 1.0) {
   SchedulerConfig cfg{1, n + 16, 64, 64};
   cfg.spec.n_max = k;
+  cfg.spec.adaptive = adaptive;
   Scheduler s(e, cfg, server::sample_token);
   auto out = std::make_shared<Out>();
   std::promise<void> done;
   GenRequest r;
   r.prompt = {0};
   r.n_predict = n;
-  r.sampling.temperature = 1.0;
+  r.sampling.temperature = temperature;
   r.sampling.top_k = 0;
   r.sampling.top_p = 1.0;
   r.sampling.min_p = 0.0;
@@ -162,4 +165,43 @@ TEST(SpecSampling, FirstDraftAcceptedAtItsTargetProbability) {
   const double rate = static_cast<double>(accepted) / trials, sd = std::sqrt(expect * (1 - expect) / trials);
   std::printf("    acceptance %.4f, expected %.4f (sd %.4f)\n", rate, expect, sd);
   EXPECT_LT(std::fabs(rate - expect), 4 * sd);
+}
+
+// Adaptive width: drafts that are always rejected bring a slot down to width 0 (a one-draft probe now and
+// then); drafts that are always accepted keep it at n_max. Greedy, so the argmax chain is known.
+TEST(SpecSampling, AdaptiveWidthFollowsAcceptance) {
+  auto argmax_next = [](int32_t x) {
+    int best = 0;
+    for (int j = 1; j < kV; ++j)
+      if (kLogits[x][j] > kLogits[x][best]) best = j;
+    return static_cast<int32_t>(best);
+  };
+  struct Drafter : BigramEngine {
+    std::function<int32_t(int32_t)> next;
+    bool right;
+    Drafter(std::function<int32_t(int32_t)> f, bool r) : BigramEngine(true), next(std::move(f)), right(r) {}
+    std::vector<int32_t> draft(SequenceState&, int32_t pending, int k) override {
+      std::vector<int32_t> d;
+      int32_t x = pending;
+      for (int j = 0; j < k; ++j) {
+        const int32_t want = next(x);
+        x = right ? want : static_cast<int32_t>((want + 1) % kV);
+        d.push_back(x);
+        if (!right) x = want;
+      }
+      drafted += k;
+      rounds++;
+      return d;
+    }
+  };
+  Drafter bad(argmax_next, false), good(argmax_next, true);
+  Out b = generate(bad, 4, 400, 1, true, 0.0), g = generate(good, 4, 400, 1, true, 0.0);
+  // Rejected: after a few rounds only probes (one draft every 16 steps) remain.
+  EXPECT_LT(bad.rounds, 60) << "verifies with drafts: " << bad.rounds;
+  EXPECT_LT(b.fin.draft_n, 80);
+  EXPECT_EQ(b.fin.draft_n_accepted, 0);
+  // Accepted: every round drafts 4 (but the last ones, capped by the tokens left).
+  EXPECT_GE(g.fin.draft_n_accepted, 300);
+  EXPECT_LE(good.rounds, 400 / 5 + 2);
+  EXPECT_EQ(b.tokens, g.tokens);  // greedy either way
 }
