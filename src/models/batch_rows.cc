@@ -4,6 +4,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "models/spec_state.h"
 
 namespace bloomery {
 
@@ -20,6 +21,9 @@ BatchRows batch_rows(std::span<const Model::BatchEntry> entries, int64_t vocab) 
     const int64_t T = static_cast<int64_t>(en.ids.size());
     if (T == 0) raise("E_PROMPT", Where{"", "", "ids"}, "at least one token", "none");
     const SequenceState& st = *en.state;
+    if (st.spec.active)
+      raise("E_STATE_PENDING", Where{"", "", "entries"}, "a committed state (Model::commit after a verify)",
+            "a pending speculative forward of " + std::to_string(st.spec.T) + " rows");
     if (st.pos + T > st.capacity)
       raise("E_CONTEXT_FULL", Where{"", "", "capacity"}, "at most " + std::to_string(st.capacity) + " tokens",
             std::to_string(st.pos + T));
@@ -38,6 +42,9 @@ BatchRows batch_rows(std::span<const Model::BatchEntry> entries, int64_t vocab) 
     b.total += T;
     b.e.push_back(std::move(r));
   }
+  // Every entry passed: the speculative ones start their pending records (spec_state.h).
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].speculative) spec_begin(*entries[i].state, b.e[i].p0, b.e[i].T);
   return b;
 }
 

@@ -27,7 +27,8 @@ struct BatchRows {
 
 // Checks every entry before anything changes, so a refused batch leaves every state as it was: a state, at
 // least one id, ids below `vocab` (E_TOKEN_RANGE), room for T more tokens (E_CONTEXT_FULL), no state twice
-// (E_BATCH).
+// (E_BATCH), no uncommitted speculative forward (E_STATE_PENDING). Then the speculative entries start their
+// pending records (models/spec_state.h).
 BatchRows batch_rows(std::span<const Model::BatchEntry> entries, int64_t vocab);
 
 // After the pass: every entry's state moves past its ids (pos, history).

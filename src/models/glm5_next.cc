@@ -10,6 +10,7 @@
 #include "models/batch_rows.h"
 #include "models/model.h"
 #include "models/model_registry.h"
+#include "models/spec_state.h"
 
 namespace bloomery {
 
@@ -285,6 +286,39 @@ class Glm5Next final : public BatchedModel {
     return s;
   }
 
+  std::vector<StatePart> state_parts(SequenceState& base) const override {
+    auto& st = static_cast<GlmState&>(base);
+    std::vector<StatePart> p;
+    auto dsa_parts = [&](const std::string& name, DsaCache& d, int64_t rows) {
+      p.push_back({name + ".latent", &d.latent, rows});
+      p.push_back({name + ".index_keys", &d.keys, rows});
+      p.push_back({name + ".index_gates", &d.gates, rows});
+      p.push_back({name + ".index_pools", &d.pools, rows / c_.pool});  // complete pools only
+    };
+    for (int64_t l = 0; l < c_.L; ++l) {
+      const std::string L = "layers." + std::to_string(l);
+      if (c_.is_dsa[l]) {
+        dsa_parts(L + ".dsa", st.dsa[l], st.pos);
+      } else {
+        p.push_back({L + ".conv_q", &st.conv_q[l]});
+        p.push_back({L + ".conv_k", &st.conv_k[l]});
+        p.push_back({L + ".conv_v", &st.conv_v[l]});
+        p.push_back({L + ".rec", &st.rec[l]});
+      }
+    }
+    if (st.draft.latent.defined()) dsa_parts("nextn", st.draft, st.draft_pos);
+    return p;
+  }
+
+  // A verify's copies: every KDA layer's three conv states and its recurrent state once.
+  uint64_t spec_bytes() const override {
+    const int64_t qd = c_.Hl * c_.dl;
+    int64_t elems = 0;
+    for (int64_t l = 0; l < c_.L; ++l)
+      if (!c_.is_dsa[l]) elems += 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
+    return static_cast<uint64_t>(elems) * sizeof(float);
+  }
+
   // The bytes new_state(capacity) allocates: the same tensors, counted. Before bind (the memory plan) an
   // upper bound: the optional NextN layer's cache is counted.
   uint64_t state_bytes(int64_t capacity) const override {
@@ -339,9 +373,17 @@ class Glm5Next final : public BatchedModel {
         for (size_t i = 0; i < N; ++i) shared_sel[i] = next_shares ? sel[i] : Tensor();
       } else {
         std::vector<KdaSlot> ks;
-        for (size_t i = 0; i < N; ++i)
-          ks.push_back(
-              {st[i]->conv_q[l], st[i]->conv_k[l], st[i]->conv_v[l], st[i]->rec[l], b.e[i].r0, b.e[i].T});
+        for (size_t i = 0; i < N; ++i) {
+          GlmState& si = *st[i];
+          ks.push_back({spec_fork(be, si, si.conv_q[l]),
+                        spec_fork(be, si, si.conv_k[l]),
+                        spec_fork(be, si, si.conv_v[l]),
+                        spec_fork(be, si, si.rec[l]),
+                        b.e[i].r0,
+                        b.e[i].T,
+                        entries[i].speculative ? &si : nullptr,
+                        {&si.conv_q[l], &si.conv_k[l], &si.conv_v[l], &si.rec[l]}});
+        }
         y = kda(be, L.kda, h, ks);
         for (Tensor& s : shared_sel) s = Tensor();
       }
@@ -557,6 +599,8 @@ class Glm5Next final : public BatchedModel {
   struct KdaSlot {
     Tensor cq, ck, cv, rec;
     int64_t r0, T;
+    SequenceState* spec;  // a speculative entry's state (its replays are recorded), else null
+    Tensor* slot[4];      // the state's own cq, ck, cv, rec (the above are copies when speculative)
   };
   // One entry's share of a DSA layer: its caches, the cache index of its first row, its rows, its selection
   // (in: a shared selection for a layer without indexer; out: this layer's) and its tie counter.
@@ -576,19 +620,20 @@ class Glm5Next final : public BatchedModel {
   // and norms over all rows; the convs and the delta rule per entry.
   Tensor kda(Backend& be, const Kda& w, const Tensor& h, std::span<KdaSlot> slots) const {
     const int64_t T = h.rows(), qd = c_.Hl * c_.dl;
-    auto proj_conv = [&](const Weight& proj, const Weight& conv, Tensor KdaSlot::*state) {
+    auto proj_conv = [&](const Weight& proj, const Weight& conv, Tensor KdaSlot::*state, int which) {
       Tensor x = be.alloc({T, qd}), y = be.alloc({T, c_.Hl, c_.dl});
       be.matmul(x, h, proj);
       Tensor y2 = y.view({T, qd});
       for (KdaSlot& s : slots) {
         Tensor ys = y2.slice(s.r0, s.T);
         be.causal_conv1d(ys, x.slice(s.r0, s.T), conv, s.*state, 1, Act::Silu);
+        spec_conv_replay(s.spec, s.slot[which], x.slice(s.r0, s.T), &conv, 1, Act::Silu);
       }
       return y;
     };
-    Tensor q = proj_conv(*w.q, *w.q_conv, &KdaSlot::cq);
-    Tensor k = proj_conv(*w.k, *w.k_conv, &KdaSlot::ck);
-    Tensor v = proj_conv(*w.v, *w.v_conv, &KdaSlot::cv);
+    Tensor q = proj_conv(*w.q, *w.q_conv, &KdaSlot::cq, 0);
+    Tensor k = proj_conv(*w.k, *w.k_conv, &KdaSlot::ck, 1);
+    Tensor v = proj_conv(*w.v, *w.v_conv, &KdaSlot::cv, 2);
     Tensor fa = be.alloc({T, c_.dl}), f = be.alloc({T, qd});
     be.matmul(fa, h, *w.f_a);
     be.matmul(f, fa, *w.f_b);
@@ -601,7 +646,9 @@ class Glm5Next final : public BatchedModel {
     for (KdaSlot& s : slots) {
       Tensor os = o.slice(s.r0, s.T);
       be.kda_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
-                  beta.slice(s.r0, s.T), s.rec, s.T > 1);
+                  beta.slice(s.r0, s.T), s.rec, s.T > 1 && !s.spec);  // verify rows: the step form
+      spec_kda_replay(s.spec, s.slot[3], q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T),
+                      g.slice(s.r0, s.T), beta.slice(s.r0, s.T));
     }
     Tensor ga = be.alloc({T, c_.dl}), gate = be.alloc({T, qd});
     be.matmul(ga, h, *w.g_a);

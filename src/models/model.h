@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -61,6 +62,22 @@ struct ModelInfo {
   int64_t max_positions = 0;      // max_position_embeddings (0 = unknown)
 };
 
+// What a speculative forward (BatchEntry::speculative, an MTP verify) leaves to undo until Model::commit
+// keeps its first n rows. Positional caches (KV, latents, indexer keys and pools, the draft cache) need
+// nothing: rows past `pos` are never read and are written again by the next forward. The recurrent parts
+// (GDN/KDA states, conv histories, the PLE n-gram context) ran on copies, so the state itself is untouched:
+// all rows accepted takes the copies (`swaps`, a handle swap); fewer replays the conv and the step-form delta
+// rule over the accepted rows from the untouched state, with the verify's own saved inputs (`replays`; design
+// B of next-capabilities.md §1.2). The verify rows use the step form, so both give what feeding the accepted
+// tokens one at a time gives.
+struct SpecPending {
+  bool active = false;
+  int64_t p0 = 0, T = 0;                          // the speculative rows: positions p0 … p0 + T − 1
+  std::vector<std::pair<Tensor*, Tensor>> swaps;  // state slot ← its copy after all T rows
+  std::vector<std::function<void(Backend&, int64_t)>> replays;  // redo a slot over the first n < T rows
+  uint64_t bytes = 0;                                           // device bytes held by the copies
+};
+
 // Per-sequence state. Each family derives its own (KV caches, conv / recurrent states, indexer keys, n-gram
 // context) with tensors allocated through the backend; the runtime owns these objects and never looks inside.
 class SequenceState {
@@ -70,6 +87,34 @@ class SequenceState {
   int64_t capacity = 0;          // the most tokens this state can hold (KV cache length)
   int64_t draft_pos = 0;         // tokens the draft layer has cached
   std::vector<int32_t> history;  // every token id consumed, in order
+  SpecPending spec;              // an uncommitted speculative forward (spec.active), else empty
+  // Runtime bookkeeping for drafting (runtime/spec_draft.h): target hiddens not yet given to the draft layer
+  // ([rows, draft_hidden_size] pieces, in position order) and the token that follows each row, as known.
+  std::vector<Tensor> draft_rows;
+  std::vector<int32_t> draft_next;
+  Tensor verify_hidden;  // the pending verify's hiddens and ids, queued once commit keeps some
+  std::vector<int32_t> verify_ids;
+};
+
+// One named piece of a sequence state, for checkpoints and for tests that compare states tensor by tensor.
+struct StatePart {
+  std::string name;          // "layers.3.rec", "layers.0.ple_ctx"
+  Tensor* tensor = nullptr;  // a backend tensor, or null for a host part
+  int64_t rows = -1;         // positional: only rows [0, rows) of dim 0 hold state; −1: all (recurrent)
+  std::vector<int64_t>* host = nullptr;  // a host part (the PLE n-gram context), always recurrent
+};
+
+// A copy of a state's recurrent parts and counters (Model::checkpoint), restorable while the positional
+// caches still hold the rows below its pos (any later forward keeps them: it writes at pos and beyond).
+struct StateCheckpoint {
+  int64_t pos = 0, draft_pos = 0;
+  std::vector<int32_t> history;
+  std::vector<Tensor> tensors;              // the recurrent parts, in state_parts order
+  std::vector<std::vector<int64_t>> hosts;  // the host parts, in state_parts order
+  std::vector<Tensor> draft_rows;
+  std::vector<int32_t> draft_next;
+  Tensor verify_hidden;  // the pending verify's hiddens and ids, queued once commit keeps some
+  std::vector<int32_t> verify_ids;
 };
 
 struct ForwardResult {
@@ -109,10 +154,15 @@ class Model {
   // decoding slots or an MTP verify share one read of every weight; the token mixers (attention, GDN, conv,
   // PLE context) run per entry on that entry's state. Results are in entry order and equal forward() per
   // entry. Default: forward() entry after entry (a family overrides it with the batched pass).
+  // speculative: an MTP verify. The state moves past the ids as usual, but until commit(state, n) the
+  // recurrent parts can still go back to any n of the rows (see SpecPending); verify rows take the step form
+  // of the GDN/KDA rule, never the chunked one. A state with an uncommitted verify refuses any forward
+  // (E_STATE_PENDING).
   struct BatchEntry {
     SequenceState* state = nullptr;
     std::span<const int32_t> ids;
     bool all_logits = false;
+    bool speculative = false;
   };
   virtual std::vector<ForwardResult> forward_batch(Backend& backend, std::span<const BatchEntry> entries) {
     std::vector<ForwardResult> out;
@@ -120,6 +170,23 @@ class Model {
     for (const BatchEntry& e : entries) out.push_back(forward(backend, *e.state, e.ids, e.all_logits));
     return out;
   }
+
+  // ---- sequence state v2 (checkpoint / restore / commit / truncate) ----
+  // Every part of a state by name: recurrent parts whole, positional caches with their live rows.
+  virtual std::vector<StatePart> state_parts(SequenceState& state) const { return {}; }
+  // After a speculative forward of T rows: keeps the first n (1 ≤ n ≤ T), as if only those ids had been fed
+  // one at a time. Throws E_STATE_ROLLBACK when nothing is pending or n is out of range.
+  virtual void commit(Backend& backend, SequenceState& state, int64_t n);
+  // Back to position `pos`: within a pending speculative forward (p0 < pos ≤ p0 + T) this is commit; at the
+  // state's own pos nothing happens; anything else needs a checkpoint (E_STATE_ROLLBACK names it).
+  void truncate(Backend& backend, SequenceState& state, int64_t pos);
+  // A copy of the recurrent parts and counters; restore() puts them back (positional caches roll back by
+  // pos). Refused while a speculative forward is pending.
+  StateCheckpoint checkpoint(Backend& backend, SequenceState& state) const;
+  void restore(Backend& backend, SequenceState& state, const StateCheckpoint& cp) const;
+  // Device bytes one sequence's verify holds until commit (the copies of its recurrent
+  // parts), for the memory plan. Default 0.
+  virtual uint64_t spec_bytes() const { return 0; }
 
   // Draft layer (MTP / NextN): hidden[T, draft_hidden_size] are the target's hiddens at positions
   // p … p+T−1 (p = state.draft_pos) and next_ids the tokens at p+1 … p+T. Runs the draft layer at positions

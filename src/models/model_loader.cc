@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <map>
+#include <set>
 
 #include "formats/weight_decode.h"
 #include "models/model_registry.h"
@@ -170,6 +171,22 @@ std::unique_ptr<LoadedModel> load_model(const std::filesystem::path& folder, Bac
   check_memory_plan(lm->plan, lm->folder);
   load_weights(*lm, backend, options);
   return lm;
+}
+
+}  // namespace bloomery
+
+namespace bloomery {
+
+std::string missing_draft_tensors(const LoadedModel& lm) {
+  std::set<std::string> found;
+  for (const WeightJob& j : lm.jobs) found.insert(j.name);
+  std::vector<std::string> missing;
+  for (const TensorDecl& d : lm.model->declare())
+    if (d.optional && !found.count(d.name)) missing.push_back(d.name);
+  std::string out;
+  for (size_t i = 0; i < missing.size() && i < 6; ++i) out += (i ? ", " : "") + missing[i];
+  if (missing.size() > 6) out += ", … (" + std::to_string(missing.size()) + " in all)";
+  return out;
 }
 
 }  // namespace bloomery

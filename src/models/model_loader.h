@@ -72,6 +72,10 @@ struct LoadedModel {
 
 // Checks only: the family's declarations against the checkpoint (E_MODEL_TENSOR_MISSING, E_DENSE_SHAPE).
 // Returns, per declaration, the record to load (null for an absent optional tensor).
+// The optional tensors the model declared (its MTP/NextN draft layer) that the checkpoint lacks, as one line
+// ("mtp.fc.weight, mtp.norm.weight, … (12 in all)"); "" when none is missing.
+std::string missing_draft_tensors(const LoadedModel& lm);
+
 std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl>& decls,
                                                     const std::vector<WeightRecord>& records);
 

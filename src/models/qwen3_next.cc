@@ -10,6 +10,7 @@
 #include "models/model.h"
 #include "models/model_registry.h"
 #include "models/qwen_common.h"
+#include "models/spec_state.h"
 
 namespace bloomery {
 
@@ -134,6 +135,33 @@ class Qwen3Next final : public BatchedModel {
     return st;
   }
 
+  std::vector<StatePart> state_parts(SequenceState& base) const override {
+    auto& st = static_cast<Qwen3NextState&>(base);
+    std::vector<StatePart> p;
+    for (size_t i = 0; i < st.conv.size(); ++i) {
+      p.push_back({"gdn." + std::to_string(i) + ".conv", &st.conv[i]});
+      p.push_back({"gdn." + std::to_string(i) + ".rec", &st.rec[i]});
+    }
+    for (size_t i = 0; i < st.kc.size(); ++i) {
+      p.push_back({"attn." + std::to_string(i) + ".k", &st.kc[i], st.pos});
+      p.push_back({"attn." + std::to_string(i) + ".v", &st.vc[i], st.pos});
+    }
+    if (st.draft_k.defined()) {
+      p.push_back({"mtp.k", &st.draft_k, st.draft_pos});
+      p.push_back({"mtp.v", &st.draft_v, st.draft_pos});
+    }
+    return p;
+  }
+
+  // A verify's copies: every GDN layer's conv and recurrent state once.
+  uint64_t spec_bytes() const override {
+    const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
+    int64_t elems = 0;
+    for (int64_t i = 0; i < c_.L; ++i)
+      if (!c_.attn[i]) elems += conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+    return static_cast<uint64_t>(elems) * sizeof(float);
+  }
+
   // The bytes new_state(capacity) allocates: the same tensors, counted.
   uint64_t state_bytes(int64_t capacity) const override {
     const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
@@ -170,8 +198,11 @@ class Qwen3Next final : public BatchedModel {
         ++attn_i;
       } else {
         std::vector<GdnSlot> gs;
-        for (size_t i = 0; i < st.size(); ++i)
-          gs.push_back({st[i]->conv[gdn_i], st[i]->rec[gdn_i], b.e[i].r0, b.e[i].T});
+        for (size_t i = 0; i < st.size(); ++i) {
+          Tensor &conv = st[i]->conv[gdn_i], &rec = st[i]->rec[gdn_i];
+          gs.push_back({spec_fork(be, *st[i], conv), spec_fork(be, *st[i], rec), b.e[i].r0, b.e[i].T,
+                        entries[i].speculative ? st[i] : nullptr, &conv, &rec});
+        }
         gdn(be, lw, x, y, gs);
         ++gdn_i;
       }
@@ -305,6 +336,8 @@ class Qwen3Next final : public BatchedModel {
   struct GdnSlot {
     Tensor conv, rec;
     int64_t r0, T;
+    SequenceState* spec;           // a speculative entry's state (its replays are recorded), else null
+    Tensor *conv_slot, *rec_slot;  // the state's own tensors (conv / rec are copies when speculative)
   };
   // One entry's share of an attention layer: its caches, the cache slot of its first row, its positions.
   struct KvSlot {
@@ -346,6 +379,7 @@ class Qwen3Next final : public BatchedModel {
     for (GdnSlot& s : slots) {
       Tensor out = conv_out.slice(s.r0, s.T);
       be.causal_conv1d(out, mixed.slice(s.r0, s.T), *lw.conv, s.conv, 1, Act::Silu);
+      spec_conv_replay(s.spec, s.conv_slot, mixed.slice(s.r0, s.T), lw.conv, 1, Act::Silu);
     }
     Tensor q = be.alloc({T, Hk, dk}), k = be.alloc({T, Hk, dk}), v = be.alloc({T, Hv, dv});
     Tensor q2 = q.view({T, key_dim}), k2 = k.view({T, key_dim}), v2 = v.view({T, value_dim});
@@ -356,12 +390,14 @@ class Qwen3Next final : public BatchedModel {
     Tensor g = be.alloc({T, Hv}), beta = be.alloc({T, Hv});
     be.gdn_gates(g, beta, a.view({T, Hv}), b.view({T, Hv}), *lw.A_log, *lw.dt_bias);
     Tensor o = be.alloc({T, Hv, dv});
-    // Prompts use the chunked form (as transformers does for any multi-token call); decode the recurrent
-    // step.
+    // Prompts use the chunked form (as transformers does for any multi-token call); decode and verify rows
+    // the recurrent step.
     for (GdnSlot& s : slots) {
       Tensor os = o.slice(s.r0, s.T);
       be.gated_delta_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
-                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1);
+                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1 && !s.spec);
+      spec_gdn_replay(s.spec, s.rec_slot, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T),
+                      g.slice(s.r0, s.T), beta.slice(s.r0, s.T), true);
     }
     be.rms_norm_gated(o, o, z, *lw.gnorm, c_.eps, Act::Silu);
     be.matmul(y, o.view({T, value_dim}), *lw.out);

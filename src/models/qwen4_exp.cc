@@ -11,6 +11,7 @@
 #include "models/model.h"
 #include "models/model_registry.h"
 #include "models/qwen_common.h"
+#include "models/spec_state.h"
 
 namespace bloomery {
 
@@ -234,6 +235,44 @@ class Qwen4Exp final : public BatchedModel {
     return s;
   }
 
+  std::vector<StatePart> state_parts(SequenceState& base) const override {
+    auto& st = static_cast<Qwen4State&>(base);
+    std::vector<StatePart> p;
+    auto qsa_parts = [&](const std::string& name, QsaCache& q, int64_t rows) {
+      p.push_back({name + ".k", &q.K, rows});
+      p.push_back({name + ".v", &q.V, rows});
+      p.push_back({name + ".index_keys", &q.raw, rows});
+      p.push_back({name + ".index_blocks", &q.blocks, rows / c_.compress});  // complete blocks only
+    };
+    for (int64_t l = 0; l < c_.L; ++l) {
+      const std::string L = "layers." + std::to_string(l);
+      if (c_.attn[l]) {
+        qsa_parts(L + ".qsa", st.qsa[l], st.pos);
+      } else {
+        p.push_back({L + ".conv", &st.conv[l]});
+        p.push_back({L + ".rec", &st.rec[l]});
+      }
+      if (ple_index(l) >= 0) {
+        p.push_back({L + ".ple_conv", &st.ple_conv[l]});
+        p.push_back({L + ".ple_ctx", nullptr, -1, &st.ple_ctx[l].prev});
+      }
+    }
+    // The draft cache's index i holds position i + 1 (pos_offset 1); draft_pos rows are live.
+    if (st.draft.K.defined()) qsa_parts("mtp", st.draft, st.draft_pos);
+    return p;
+  }
+
+  // A verify's copies: every GDN layer's conv and recurrent state and every PLE conv state once.
+  uint64_t spec_bytes() const override {
+    const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
+    int64_t elems = 0;
+    for (int64_t l = 0; l < c_.L; ++l) {
+      if (!c_.attn[l]) elems += conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+      if (ple_index(l) >= 0) elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
+    }
+    return static_cast<uint64_t>(elems) * sizeof(float);
+  }
+
   // The bytes new_state(capacity) allocates: the same tensors, counted. Before bind (the memory plan) an
   // upper bound: the optional draft layer's cache is counted.
   uint64_t state_bytes(int64_t capacity) const override {
@@ -284,8 +323,11 @@ class Qwen4Exp final : public BatchedModel {
       const Layer& L = layers_[l];
       if (L.has_ple) {
         std::vector<PleSlot> ps;
-        for (size_t i = 0; i < st.size(); ++i)
-          ps.push_back({&st[i]->ple_ctx[l], st[i]->ple_conv[l], b.e[i].r0, b.e[i].T});
+        for (size_t i = 0; i < st.size(); ++i) {
+          Tensor& conv = st[i]->ple_conv[l];
+          ps.push_back({&st[i]->ple_ctx[l], spec_fork(be, *st[i], conv), b.e[i].r0, b.e[i].T,
+                        entries[i].speculative ? st[i] : nullptr, &conv});
+        }
         ple(be, L.ple, ps, X, b.tok);
       }
       Tensor inj = be.alloc({T, n});
@@ -298,8 +340,11 @@ class Qwen4Exp final : public BatchedModel {
         y = qsa(be, L.att, u, qs);
       } else {
         std::vector<GdnSlot> gs;
-        for (size_t i = 0; i < st.size(); ++i)
-          gs.push_back({st[i]->conv[l], st[i]->rec[l], b.e[i].r0, b.e[i].T});
+        for (size_t i = 0; i < st.size(); ++i) {
+          Tensor &conv = st[i]->conv[l], &rec = st[i]->rec[l];
+          gs.push_back({spec_fork(be, *st[i], conv), spec_fork(be, *st[i], rec), b.e[i].r0, b.e[i].T,
+                        entries[i].speculative ? st[i] : nullptr, &conv, &rec});
+        }
         y = gdn(be, L.gdn, u, gs);
       }
       be.hc_inject(X, y, inj);
@@ -517,11 +562,15 @@ class Qwen4Exp final : public BatchedModel {
     cpu::PleContext* ctx;
     Tensor conv;
     int64_t r0, T;
+    SequenceState* spec;  // a speculative entry's state (its replays are recorded), else null
+    Tensor* conv_slot;    // the state's own conv tensor (conv is a copy when speculative)
   };
   // One entry's share of a GDN layer.
   struct GdnSlot {
     Tensor conv, rec;
     int64_t r0, T;
+    SequenceState* spec;           // as PleSlot::spec
+    Tensor *conv_slot, *rec_slot;  // the state's own tensors
   };
   // One entry's share of a QSA layer: its caches, positions, the cache index of its first row
   // (pos_offset = position − cache index), its rows and its tie counter.
@@ -550,6 +599,13 @@ class Qwen4Exp final : public BatchedModel {
     // prefetched row list ahead (the CUDA host table) matches a gather by its whole id list.
     Tensor e = be.alloc({T * G, de});
     for (PleSlot& s : slots) {
+      if (s.spec) {  // a verify entry's context goes back to its state before the pass plus the accepted ids
+        const std::vector<int64_t> ids(tok.begin() + s.r0, tok.begin() + s.r0 + s.T);
+        spec_on_partial(*s.spec, [ctx = s.ctx, saved = *s.ctx, ids, &p](Backend&, int64_t n) {
+          *ctx = saved;
+          ple_rows(p, *ctx, std::span(ids).first(static_cast<size_t>(n)));
+        });
+      }
       const auto rows = ple_rows(p, *s.ctx, std::span(tok).subspan(s.r0, s.T));
       Tensor es = e.slice(s.r0 * G, s.T * G);
       be.gather_rows(es, *p.table, rows);
@@ -570,6 +626,8 @@ class Qwen4Exp final : public BatchedModel {
     for (PleSlot& s : slots) {
       Tensor out = conv.slice(s.r0, s.T);
       be.causal_conv1d(out, gn.slice(s.r0, s.T), *p.conv, s.conv, static_cast<int>(c_.ngram_size), Act::Silu);
+      spec_conv_replay(s.spec, s.conv_slot, gn.slice(s.r0, s.T), p.conv, static_cast<int>(c_.ngram_size),
+                       Act::Silu);
     }
     be.add(X, X, g);
     be.add(X, X, conv);
@@ -585,6 +643,7 @@ class Qwen4Exp final : public BatchedModel {
     for (GdnSlot& s : slots) {
       Tensor out = c.slice(s.r0, s.T);
       be.causal_conv1d(out, qkv.slice(s.r0, s.T), *w.conv, s.conv, 1, Act::Silu);
+      spec_conv_replay(s.spec, s.conv_slot, qkv.slice(s.r0, s.T), w.conv, 1, Act::Silu);
     }
     Tensor q = be.alloc({T, c_.Hk, c_.dk}), k = be.alloc({T, c_.Hk, c_.dk}), v = be.alloc({T, c_.Hv, c_.dv});
     Tensor q2 = q.view({T, kd}), k2 = k.view({T, kd}), v2 = v.view({T, vd});
@@ -602,7 +661,9 @@ class Qwen4Exp final : public BatchedModel {
     for (GdnSlot& s : slots) {
       Tensor os = o.slice(s.r0, s.T);
       be.gated_delta_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
-                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1);
+                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1 && !s.spec);  // verify: step form
+      spec_gdn_replay(s.spec, s.rec_slot, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T),
+                      g.slice(s.r0, s.T), beta.slice(s.r0, s.T), true);
     }
     Tensor on = be.alloc({T, vd});
     be.rms_norm_gated(on, o.view({T, vd}), z, *w.norm, c_.eps, c_.gdn_gate_act);

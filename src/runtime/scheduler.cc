@@ -1,6 +1,7 @@
 #include "runtime/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/error.h"
 #include "models/forward_step.h"
@@ -51,12 +52,48 @@ static void check_item(const StepItem& it, int64_t vocab) {
             std::to_string(id));
 }
 
-// The last row of an item's logits, downloaded.
-static void take_logits(Backend& be, const ForwardResult& r, StepItem& it) {
+// The last row of an item's logits (every row for a verify), downloaded; the hiddens go to the draft queue
+// (a verify's wait for commit, which knows how many rows stay).
+void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
+  if (drafting_ && draft_options_.source == DraftOptions::Source::Mtp) {
+    if (it.speculative) {
+      it.state->verify_hidden = r.hidden;
+      it.state->verify_ids.assign(it.ids.begin(), it.ids.end());
+    } else {
+      draft_feed(model_, backend_, *it.state, r.hidden, it.ids, true);
+    }
+  }
   if (!it.want_logits) return;
-  std::vector<float> all = be.download(r.logits);
+  std::vector<float> all = backend_.download(r.logits);
+  if (it.speculative) {
+    it.logits = std::move(all);
+    return;
+  }
   const int64_t v = r.logits.cols();
   it.logits.assign(all.end() - v, all.end());  // the last position's row
+}
+
+void ModelStepEngine::enable_drafting(DraftOptions options) {
+  if (options.source == DraftOptions::Source::Mtp && !model_.info().has_draft)
+    raise("E_SPEC_NO_DRAFT", Where{"", "", "--spec-type"}, "a checkpoint with an MTP/NextN draft layer",
+          model_.info().family + " without one");
+  drafting_ = true;
+  draft_options_ = std::move(options);
+}
+
+std::vector<int32_t> ModelStepEngine::draft(SequenceState& state, int32_t pending, int k) {
+  if (!drafting_) return {};
+  return draft_propose(model_, backend_, state, pending, k, draft_options_);
+}
+
+void ModelStepEngine::commit(SequenceState& state, int64_t n) {
+  model_.commit(backend_, state, n);
+  if (drafting_ && state.verify_hidden.defined()) {
+    draft_feed(model_, backend_, state, state.verify_hidden.slice(0, n),
+               std::span<const int32_t>(state.verify_ids).first(static_cast<size_t>(n)), false);
+  }
+  state.verify_hidden = Tensor();
+  state.verify_ids.clear();
 }
 
 void ModelStepEngine::forward(std::span<StepItem> items) {
@@ -72,27 +109,27 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
       it.error = ex.what();
       continue;
     }
-    batch.push_back({it.state, it.ids, false});
+    batch.push_back({it.state, it.ids, it.speculative, it.speculative});
     owners.push_back(&it);
   }
   if (batch.empty()) return;
   try {
     std::vector<ForwardResult> r = forward_step(model_, backend_, batch);
-    for (size_t i = 0; i < owners.size(); ++i) take_logits(backend_, r[i], *owners[i]);
+    for (size_t i = 0; i < owners.size(); ++i) after_forward(r[i], *owners[i]);
     return;
   } catch (const Error& ex) {
     // A refusal of the batch as a whole comes before any state changed: run the entries one by one so that
     // only the offending one fails. Any other failure may have left states half-advanced: all fail.
     const std::string id = ex.id();
-    const bool before_any_change =
-        id == "E_BATCH" || id == "E_PROMPT" || id == "E_CONTEXT_FULL" || id == "E_TOKEN_RANGE";
+    const bool before_any_change = id == "E_BATCH" || id == "E_PROMPT" || id == "E_CONTEXT_FULL" ||
+                                   id == "E_TOKEN_RANGE" || id == "E_STATE_PENDING";
     for (size_t i = 0; i < owners.size(); ++i) {
       if (!before_any_change) {
         owners[i]->error = ex.what();
         continue;
       }
       try {
-        take_logits(backend_, model_.forward(backend_, *batch[i].state, batch[i].ids, false), *owners[i]);
+        after_forward(std::move(model_.forward_batch(backend_, std::span(&batch[i], 1))[0]), *owners[i]);
       } catch (const std::exception& e) {
         owners[i]->error = e.what();
       }
@@ -117,6 +154,10 @@ struct Scheduler::Slot {
   int64_t n_hinted = 0;       // prompt tokens already named to engine prefetch
   int64_t n_decoded = 0;
   int32_t last = -1;            // the token to feed next step (decode phase)
+  std::vector<int32_t> feed;    // this step's decode ids: last, then the drafts to verify
+  DraftCounts drafts;           // the request's drafted / accepted counts
+  double accept_avg = 1.0;      // moving average of the acceptance per draft (adaptive width), optimistic
+  int plain_steps = 0;          // steps at width 0 since the last probe
   std::vector<int32_t> recent;  // prompt + generated, for the penalties
   std::mt19937_64 rng;
   Clock::time_point t_start, t_first;
@@ -207,6 +248,9 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.n_hinted = 0;
     s.n_decoded = 0;
     s.last = -1;
+    s.drafts = DraftCounts{};
+    s.accept_avg = 1.0;
+    s.plain_steps = 0;
     s.recent = s.req.prompt;
     s.rng.seed(s.req.sampling.seed);
     s.t_start = Clock::now();
@@ -228,6 +272,8 @@ void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
   f.n_predicted = s.n_decoded;
   f.prompt_ms = s.prompt_ms;
   f.predicted_ms = s.n_decoded > 0 ? ms_since(s.t_first) : 0.0;
+  f.draft_n = static_cast<int64_t>(s.drafts.drafted_total());
+  f.draft_n_accepted = static_cast<int64_t>(s.drafts.accepted_total());
   auto cb = std::move(s.req.on_finish);
   s.busy = false;
   s.state.reset();  // the state's memory goes back now, not at the slot's next request
@@ -291,18 +337,30 @@ void Scheduler::step() {
   // round-robin so several long prompts share the prompt budget.
   std::vector<StepItem> items;
   std::vector<Slot*> owners;
-  std::vector<int32_t> decode_ids(slots_.size());
   int64_t prompt_tokens = 0, decode_tokens = 0;
   for (auto& s : slots_) {
     if (!s->busy || s->prompting()) continue;
-    decode_ids[s->id] = s->last;
+    // A drafting slot proposes its drafts now and verifies them with its pending token in this pass.
+    std::vector<int32_t> drafts;
+    if (const int k = draft_width(*s); k > 0) {
+      try {
+        drafts = engine_.draft(*s->state, s->last, k);
+      } catch (const std::exception& e) {
+        finish(*s, StopReason::Error, e.what());
+        continue;
+      }
+      if (static_cast<int>(drafts.size()) < config_.spec.n_min) drafts.clear();
+    }
+    s->feed.assign(1, s->last);
+    s->feed.insert(s->feed.end(), drafts.begin(), drafts.end());
     StepItem it;
     it.state = s->state.get();
-    it.ids = std::span<const int32_t>(&decode_ids[s->id], 1);
+    it.ids = s->feed;
     it.want_logits = true;
+    it.speculative = !drafts.empty();
     items.push_back(std::move(it));
     owners.push_back(s.get());
-    decode_tokens++;
+    decode_tokens += static_cast<int64_t>(s->feed.size());
   }
   int64_t budget = config_.n_batch;
   size_t n = slots_.size();
@@ -336,7 +394,7 @@ void Scheduler::step() {
     uint64_t generated = 0, max_ctx = 0;
     for (size_t i = 0; i < items.size(); ++i) {
       if (!items[i].error.empty() || !items[i].want_logits) continue;
-      generated++;
+      generated++;  // a verify's accepted drafts are counted as they are taken, below
       max_ctx = std::max<uint64_t>(max_ctx, static_cast<uint64_t>(items[i].state->pos) + 1);
     }
     std::lock_guard lk(mu_);
@@ -364,32 +422,7 @@ void Scheduler::step() {
       s.prompt_ms = ms_since(s.t_start);
       s.t_first = Clock::now();
     }
-    const SamplingParams& sp = s.req.sampling;
-    int64_t look = sp.repeat_last_n < 0 ? static_cast<int64_t>(s.recent.size())
-                                        : std::min<int64_t>(sp.repeat_last_n, s.recent.size());
-    SampledToken tok = sample_(it.logits, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
-    s.n_decoded++;
-    s.recent.push_back(tok.id);
-    bool eos = !s.req.ignore_eos &&
-               std::find(s.req.eos_ids.begin(), s.req.eos_ids.end(), tok.id) != s.req.eos_ids.end();
-    if (eos) {
-      finish(s, StopReason::Eos);
-      continue;
-    }
-    if (s.req.on_token && !s.req.on_token(tok)) {
-      finish(s, StopReason::Word);
-      continue;
-    }
-    if (s.req.n_predict >= 0 && s.n_decoded >= s.req.n_predict) {
-      finish(s, StopReason::Limit);
-      continue;
-    }
-    // The sampled token still has to be fed: it needs one more position.
-    if (s.state->pos + 1 > config_.n_ctx_slot) {
-      finish(s, StopReason::ContextFull);
-      continue;
-    }
-    s.last = tok.id;
+    take_tokens(s, it);
   }
 
   // Readahead: a prompt still being read names its next chunk now (the state has moved past this one), so
@@ -404,6 +437,111 @@ void Scheduler::step() {
   for (auto& s : slots_) busy += s->busy;
   stats_.requests_processing = busy;
   publish_locked();
+}
+
+// How many drafts the slot verifies this step: never more than the request may still emit (a round emits up
+// to k + 1) or the state can hold (k + 1 rows).
+int Scheduler::draft_width(Slot& s) const {
+  if (config_.spec.n_max <= 0 || !engine_.drafting()) return 0;
+  int64_t k = std::min(config_.spec.n_max, kMaxDrafts);
+  if (config_.spec.adaptive) k = std::min<int64_t>(k, adaptive_width(s));
+  k = std::min(k, s.state->capacity - s.state->pos - 1);
+  if (s.req.n_predict >= 0) k = std::min(k, s.req.n_predict - s.n_decoded - 1);
+  return static_cast<int>(std::max<int64_t>(k, 0));
+}
+
+// The width that pays best for the slot's measured acceptance (SpecConfig::adaptive); 1 as a probe every
+// probe_every steps while it is 0.
+int Scheduler::adaptive_width(Slot& s) const {
+  const double p = std::clamp(s.accept_avg, 0.0, 0.999);
+  int best = 0;
+  double best_rate = 1.0;  // width 0: one token per plain step
+  for (int k = 1; k <= std::min(config_.spec.n_max, kMaxDrafts); ++k) {
+    const double tokens = (1.0 - std::pow(p, k + 1)) / (1.0 - p);
+    const double rate = tokens / (1.0 + config_.spec.draft_cost * k);
+    if (rate > best_rate * 1.0001) best = k, best_rate = rate;
+  }
+  if (best > 0) {
+    s.plain_steps = 0;
+    return best;
+  }
+  if (++s.plain_steps >= config_.spec.probe_every) {
+    s.plain_steps = 0;
+    return 1;
+  }
+  return 0;
+}
+
+// The tokens of one decode item: one token per row, drawn by the request's own sampler from that row (its
+// penalties seeing the tokens taken so far, drafts included); a verify's row j accepts draft j when the draw
+// is the draft. The first mismatch, an EOS, a stop or the limit ends the round, and the engine keeps exactly
+// the rows that were fed for the tokens taken (never one past an EOS).
+//
+// Lossless for greedy and sampled requests alike: the drafts are deterministic (q one-hot), and "draw x ~ p,
+// accept iff x = d, else emit x" accepts d with probability p(d) and, on a reject, emits from p with d
+// removed and renormalised: the speculative-sampling rule min(1, p/q) with its residual for a one-hot q.
+// Each emitted token takes one draw from the slot's generator, as without drafting, so a seeded request
+// gives the same tokens with drafting on or off wherever the verify rows' logits equal the decode's.
+void Scheduler::take_tokens(Slot& s, StepItem& it) {
+  const SamplingParams& sp = s.req.sampling;
+  const int64_t V = engine_.vocab_size();
+  const int64_t rows = static_cast<int64_t>(it.ids.size());
+  const int64_t n_drafts = it.speculative ? rows - 1 : 0;
+  DraftCounts round;
+  if (n_drafts > 0) round.rounds = 1;
+  for (int64_t j = 0; j < n_drafts; ++j) round.drafted[j] = 1;
+  auto account = [&] {
+    if (n_drafts > 0) {  // each draft verified moves the average by its outcome, until the first reject
+      for (int64_t j = 0; j < n_drafts; ++j) {
+        s.accept_avg = 0.9 * s.accept_avg + 0.1 * static_cast<double>(round.accepted[j]);
+        if (!round.accepted[j]) break;
+      }
+    }
+    s.drafts.add(round);
+    std::lock_guard lk(mu_);
+    stats_.drafts.add(round);
+    int64_t extra = 0;
+    for (uint64_t a : round.accepted) extra += static_cast<int64_t>(a);
+    stats_.tokens_predicted_total += static_cast<uint64_t>(extra);
+  };
+  for (int64_t j = 0; j < (it.speculative ? rows : 1); ++j) {
+    std::span<const float> row(it.logits);
+    if (it.speculative) row = row.subspan(static_cast<size_t>(j * V), static_cast<size_t>(V));
+    int64_t look = sp.repeat_last_n < 0 ? static_cast<int64_t>(s.recent.size())
+                                        : std::min<int64_t>(sp.repeat_last_n, s.recent.size());
+    SampledToken tok = sample_(row, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
+    const bool accepted = j < n_drafts && tok.id == it.ids[j + 1];
+    if (accepted) round.accepted[j] = 1;
+    s.n_decoded++;
+    s.recent.push_back(tok.id);
+    StopReason stop = StopReason::None;
+    bool eos = !s.req.ignore_eos &&
+               std::find(s.req.eos_ids.begin(), s.req.eos_ids.end(), tok.id) != s.req.eos_ids.end();
+    if (eos) {
+      stop = StopReason::Eos;
+    } else if (s.req.on_token && !s.req.on_token(tok)) {
+      stop = StopReason::Word;
+    } else if (s.req.n_predict >= 0 && s.n_decoded >= s.req.n_predict) {
+      stop = StopReason::Limit;
+    }
+    if (stop != StopReason::None) {
+      // A draft matched at the stop token counts as not accepted: the round ends there like a correction.
+      if (accepted) round.accepted[j] = 0;
+      account();
+      finish(s, stop);  // the state goes with the slot: nothing to commit
+      return;
+    }
+    if (accepted) continue;
+    if (it.speculative) engine_.commit(*s.state, j + 1);
+    account();
+    // The sampled token still has to be fed: it needs one more position.
+    if (s.state->pos + 1 > config_.n_ctx_slot) {
+      finish(s, StopReason::ContextFull);
+      return;
+    }
+    s.last = tok.id;
+    return;
+  }
 }
 
 // Names the prompt chunk of `take` tokens that the slot's next forward reads, once.
@@ -434,6 +572,7 @@ void Scheduler::publish_locked() {
       i.n_decoded = s->n_decoded;
       i.n_remain = s->req.n_predict < 0 ? -1 : s->req.n_predict - s->n_decoded;
       i.params = s->req.sampling;
+      i.drafts = s->drafts;
     }
     published_.push_back(i);
   }

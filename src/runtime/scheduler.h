@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/spec_draft.h"
 
 namespace bloomery {
 
@@ -26,8 +27,9 @@ struct StepItem {
   SequenceState* state = nullptr;
   std::span<const int32_t> ids;  // a prompt chunk (≤ ubatch) or the one token being decoded
   bool want_logits = false;      // the chunk ends the prompt, or a decode token: logits of the last position
-  std::vector<float> logits;     // out: [vocab] when want_logits
-  std::string error;             // out: non-empty when this sequence's forward failed (the others go on)
+  bool speculative = false;   // an MTP verify ([pending, drafts…]): logits of every row, commit() follows
+  std::vector<float> logits;  // out: [vocab] when want_logits ([rows · vocab] when speculative)
+  std::string error;          // out: non-empty when this sequence's forward failed (the others go on)
 };
 
 // What the scheduler needs from the engine. One call per scheduler step with every active sequence.
@@ -40,6 +42,11 @@ class StepEngine {
   // Hint: `ids` are what `state` consumes in its next forward (a prompt chunk), so the engine may start
   // fetching what they read (the PLE table rows) now. Default: nothing.
   virtual void prefetch(SequenceState& state, std::span<const int32_t> ids) {}
+  // Drafting (MTP): whether this engine drafts, up to k drafts after `pending` (the token the next forward
+  // feeds first), and after a speculative forward the number of its rows to keep (1 … rows).
+  virtual bool drafting() const { return false; }
+  virtual std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) { return {}; }
+  virtual void commit(SequenceState& state, int64_t n) {}
 };
 
 // The engine over a Model and a Backend: a step is ONE Model::forward_batch over every item (decode tokens
@@ -52,10 +59,19 @@ class ModelStepEngine : public StepEngine {
   std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
   void forward(std::span<StepItem> items) override;
   void prefetch(SequenceState& state, std::span<const int32_t> ids) override;
+  // Drafting with the model's own MTP/NextN layer: every forward queues its hiddens for the draft layer.
+  // Throws E_SPEC_NO_DRAFT when the model has none.
+  void enable_drafting(DraftOptions options);
+  bool drafting() const override { return drafting_; }
+  std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) override;
+  void commit(SequenceState& state, int64_t n) override;
 
  private:
+  void after_forward(const ForwardResult& r, StepItem& it);
   Model& model_;
   Backend& backend_;
+  bool drafting_ = false;
+  DraftOptions draft_options_;
 };
 
 struct SamplingParams {
@@ -98,6 +114,8 @@ struct FinishInfo {
   int64_t n_predicted = 0;
   double prompt_ms = 0.0;
   double predicted_ms = 0.0;
+  int64_t draft_n = 0;           // drafts verified for this request
+  int64_t draft_n_accepted = 0;  // of which accepted
 };
 
 struct GenRequest {
@@ -124,11 +142,49 @@ class Ticket {
   std::atomic<bool> cancelled_{false};
 };
 
+// Speculative decoding in the scheduler (the engine drafts: StepEngine::draft).
+struct SpecConfig {
+  int n_max = 0;       // most drafts per round; 0: off
+  int n_min = 0;       // fewer drafts than this: verify none (llama-server's --spec-draft-n-min)
+  float p_min = 0.0f;  // for the engine's drafting (DraftOptions::p_min)
+  bool ngram = false;  // for the engine: n-gram lookup drafts (--spec-type ngram-simple) instead of MTP
+  // Adaptive width per slot: from the slot's measured acceptance p (a moving average per draft), the width k
+  // in 0 … n_max that maximises the expected tokens per verify, (1 − p^(k+1)) / (1 − p), over its cost,
+  // 1 + draft_cost · k (in plain decode steps); at width 0 a one-draft probe every probe_every steps keeps
+  // measuring. Off: always n_max.
+  bool adaptive = true;
+  float draft_cost = 0.25f;
+  int probe_every = 16;
+};
+
+// Drafted and accepted counts by draft position (0 = the first draft of a round), as /slots and /metrics
+// show them.
+inline constexpr int kMaxDrafts = 8;
+struct DraftCounts {
+  uint64_t drafted[kMaxDrafts] = {}, accepted[kMaxDrafts] = {};
+  uint64_t rounds = 0;  // verifies with at least one draft
+  uint64_t drafted_total() const {
+    uint64_t n = 0;
+    for (uint64_t v : drafted) n += v;
+    return n;
+  }
+  uint64_t accepted_total() const {
+    uint64_t n = 0;
+    for (uint64_t v : accepted) n += v;
+    return n;
+  }
+  void add(const DraftCounts& o) {
+    for (int i = 0; i < kMaxDrafts; ++i) drafted[i] += o.drafted[i], accepted[i] += o.accepted[i];
+    rounds += o.rounds;
+  }
+};
+
 struct SchedulerConfig {
   int n_slots = 1;
   int64_t n_ctx_slot = 4096;  // tokens each slot's state holds
   int64_t n_batch = 2048;     // most prompt tokens per step, over all slots
   int64_t n_ubatch = 512;     // most prompt tokens of one sequence per step
+  SpecConfig spec;            // drafting (the engine must draft too: StepEngine::drafting)
 };
 
 // Counters behind /metrics (llama-server's names) and /slots.
@@ -144,6 +200,7 @@ struct SchedulerStats {
   int requests_deferred = 0;
   uint64_t requests_finished = 0;
   uint64_t requests_cancelled = 0;
+  DraftCounts drafts;  // over every request
 };
 
 struct SlotInfo {
@@ -156,6 +213,7 @@ struct SlotInfo {
   int64_t n_remain = -1;
   uint64_t id_task = 0;
   SamplingParams params;
+  DraftCounts drafts;  // the current request's
 };
 
 class Scheduler {
@@ -184,6 +242,9 @@ class Scheduler {
   void finish(Slot& s, StopReason reason, std::string error = {});
   void step();
   void hint(Slot& s, int64_t take);
+  int draft_width(Slot& s) const;
+  int adaptive_width(Slot& s) const;
+  void take_tokens(Slot& s, StepItem& it);
 
   StepEngine& engine_;
   const SchedulerConfig config_;

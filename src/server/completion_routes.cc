@@ -93,7 +93,9 @@ ojson timings(const FinishInfo& f) {
           {"predicted_n", f.n_predicted},
           {"predicted_ms", f.predicted_ms},
           {"predicted_per_token_ms", per(f.predicted_ms, f.n_predicted)},
-          {"predicted_per_second", rate(f.predicted_ms, f.n_predicted)}};
+          {"predicted_per_second", rate(f.predicted_ms, f.n_predicted)},
+          {"draft_n", f.draft_n},
+          {"draft_n_accepted", f.draft_n_accepted}};
 }
 
 ojson usage(const FinishInfo& f) {

@@ -98,12 +98,13 @@ uint64_t EngineHost::state_bytes_estimate(int64_t ctx) const {
   return lm_->model->state_bytes(ctx);
 }
 
-MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t ubatch) const {
+MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t ubatch, bool drafting) const {
   MemoryPlan p = lm_->plan;
   MemoryPlanOptions opts;
   opts.context = context;
   opts.sequences = sequences;
   opts.ubatch = ubatch;
+  if (drafting) opts.spec_per_sequence = lm_->model->spec_bytes();
   plan_finish(p, lm_->model->state_bytes(context), p.scratch, p.free_bytes, p.total_bytes, opts);
   return p;
 }
@@ -122,7 +123,18 @@ void EngineHost::load(const SchedulerConfig& config, int threads,
   }
   load_weights(*lm_, *backend_, lo);  // then binds the model
   if (progress) progress(1, 1);
-  step_ = std::make_unique<ModelStepEngine>(*lm_->model, *backend_);
+  auto step = std::make_unique<ModelStepEngine>(*lm_->model, *backend_);
+  if (config.spec.n_max > 0) {
+    if (!config.spec.ngram && !lm_->model->info().has_draft)
+      raise("E_SPEC_NO_DRAFT", Where{lm_->folder, missing_draft_tensors(*lm_), "--spec-type"},
+            "a checkpoint with its MTP/NextN draft layer", "none", "start without --spec-type draft-mtp");
+    DraftOptions d;
+    d.n_max = config.spec.n_max;
+    d.p_min = config.spec.p_min;
+    if (config.spec.ngram) d.source = DraftOptions::Source::Ngram;
+    step->enable_drafting(d);
+  }
+  step_ = std::move(step);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);
 }
 

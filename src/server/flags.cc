@@ -471,6 +471,78 @@ const std::vector<Flag>& flag_table() {
        "accepted; continuous batching is always on",
        {},
        [](O&, auto&, bool) {}},
+      // ---- speculative decoding (serving.md §1.4) ----
+      {{"--spec-type"},
+       {},
+       "LLAMA_ARG_SPEC_TYPE",
+       Kind::Value,
+       "TYPE",
+       "none",
+       "none, draft-mtp (the checkpoint's own MTP/NextN layer drafts) or ngram-simple (drafts looked up in "
+       "the "
+       "request's own tokens); the model verifies",
+       [](O& o, auto& f, auto& v) {
+         if (v == "none" || v == "draft-mtp" || v == "ngram-simple") {
+           o.spec_type = v;
+           return;
+         }
+         static const std::vector<std::string> later = {"ngram-map-k",  "ngram-map-k4v", "ngram-mod",
+                                                        "ngram-cache",  "draft-simple",  "draft-eagle3",
+                                                        "draft-dflash", "draft-dspark"};
+         if (std::find(later.begin(), later.end(), v) != later.end())
+           raise("E_FLAG_REFUSED", Where{"", "", f}, "none, draft-mtp or ngram-simple", "'" + v + "'",
+                 v.rfind("ngram", 0) == 0 ? "only ngram-simple is implemented"
+                                          : "external draft models are not supported");
+         bad_value(f, "none, draft-mtp or ngram-simple", v);
+       }},
+      {{"--spec-draft-n-max", "--draft-max", "--draft", "--draft-n"},
+       {},
+       "LLAMA_ARG_SPEC_DRAFT_N_MAX",
+       Kind::Value,
+       "N",
+       "3",
+       "most drafts per step (1-8)",
+       [](O& o, auto& f, auto& v) { o.spec_n_max = static_cast<int>(to_int(f, v, 1, 8)); }},
+      {{"--spec-draft-n-min", "--draft-min", "--draft-n-min"},
+       {},
+       "LLAMA_ARG_SPEC_DRAFT_N_MIN",
+       Kind::Value,
+       "N",
+       "0",
+       "fewer drafts than this are not verified",
+       [](O& o, auto& f, auto& v) { o.spec_n_min = static_cast<int>(to_int(f, v, 0, 8)); }},
+      {{"--spec-draft-p-min", "--draft-p-min"},
+       {},
+       "LLAMA_ARG_SPEC_DRAFT_P_MIN",
+       Kind::Value,
+       "P",
+       "0.00",
+       "stop drafting when the draft's top probability falls below P",
+       [](O& o, auto& f, auto& v) { o.spec_p_min = to_num(f, v, 0.0, 1.0); }},
+      {{"--spec-draft-sampling"},
+       {},
+       "LLAMA_ARG_SPEC_DRAFT_SAMPLING",
+       Kind::Value,
+       "MODE",
+       "greedy",
+       "greedy (drafts are the draft layer's argmax)",
+       [](O& o, auto& f, auto& v) {
+         if (v == "probabilistic")
+           raise("E_FLAG_REFUSED", Where{"", "", f}, "greedy", "'" + v + "'",
+                 "drafts sampled from the draft distribution are not implemented yet");
+         if (v != "greedy") bad_value(f, "greedy", v);
+       }},
+      {{"--spec-default"},
+       {},
+       "",
+       Kind::Switch,
+       "",
+       "off",
+       "--spec-type draft-mtp --spec-draft-n-max 3",
+       {},
+       [](O& o, auto&, bool on) {
+         if (on) o.spec_type = "draft-mtp", o.spec_n_max = 3;
+       }},
   };
   return t;
 }

@@ -45,6 +45,9 @@ struct ServerOptions {
   std::string device = "auto";  // -dev: auto (CUDA when it can run the family, else CPU), none (CPU), cuda0
   std::string cache_type_k = "f16";
   std::string cache_type_v = "f16";
+  std::string spec_type = "none";      // --spec-type: none or draft-mtp
+  int spec_n_max = 3, spec_n_min = 0;  // --spec-draft-n-max / -n-min
+  double spec_p_min = 0.0;             // --spec-draft-p-min
   int load_delay_ms = 0;  // --load-delay-ms: a pause before the weights load (tests of the loading state)
   bool help = false;
   bool version = false;

@@ -57,7 +57,8 @@ int main(int argc, char** argv) {
     host = EngineHost::prepare(opts);
     plan = plan_serving(opts, host->summary(), static_cast<int>(std::thread::hardware_concurrency()));
     // The memory plan for the slots chosen, refused (E_MEMORY_PLAN) before anything is allocated.
-    memory = host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size);
+    memory =
+        host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size, opts.spec_type == "draft-mtp");
     fmt::print("{}", start_screen(opts, *host, plan, memory));
     std::fflush(stdout);
     check_memory_plan(memory, opts.model);
@@ -81,6 +82,9 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   try {
     SchedulerConfig sc{plan.n_slots, plan.n_ctx_slot, opts.batch_size, opts.ubatch_size};
+    if (opts.spec_type != "none")
+      sc.spec = {opts.spec_n_max, opts.spec_n_min, static_cast<float>(opts.spec_p_min),
+                 opts.spec_type == "ngram-simple"};
     // The loader draws the byte progress bar (core/progress.h) on stderr.
     host->load(sc, plan.threads, [&](size_t done, size_t total) {
       http.set_loading_progress(fmt::format("Loading model ({}%)", done * 100 / std::max<size_t>(total, 1)));

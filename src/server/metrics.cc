@@ -48,6 +48,17 @@ std::string render_metrics(const SchedulerStats& s, const ServerCounters& c) {
          static_cast<double>(s.requests_processing));
   metric(o, "llamacpp:requests_deferred", "gauge", "Number of requests deferred.",
          static_cast<double>(s.requests_deferred));
+  metric(o, "bloomery:draft_tokens_total", "counter", "MTP drafts verified.",
+         static_cast<double>(s.drafts.drafted_total()));
+  metric(o, "bloomery:draft_tokens_accepted_total", "counter", "MTP drafts accepted.",
+         static_cast<double>(s.drafts.accepted_total()));
+  o += "# HELP bloomery:draft_tokens_by_position_total MTP drafts verified and accepted, by draft position.\n"
+       "# TYPE bloomery:draft_tokens_by_position_total counter\n";
+  for (int i = 0; i < kMaxDrafts; ++i)
+    o += fmt::format(
+        "bloomery:draft_tokens_by_position_total{{position=\"{}\",outcome=\"drafted\"}} {}\n"
+        "bloomery:draft_tokens_by_position_total{{position=\"{}\",outcome=\"accepted\"}} {}\n",
+        i, s.drafts.drafted[i], i, s.drafts.accepted[i]);
   metric(o, "bloomery:load_seconds", "gauge", "Seconds the model load took.", c.load_seconds.load());
   metric(o, "bloomery:load_bytes_total", "counter", "Checkpoint bytes read at load.",
          static_cast<double>(c.load_bytes.load()));

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <future>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -16,6 +17,7 @@
 #include "models/model_loader.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
+#include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/command.h"
 
@@ -48,6 +50,95 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+std::string fmt_pos(int i, uint64_t drafted, uint64_t accepted) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %d: %.1f %% (%llu/%llu)", i + 1, 100.0 * accepted / drafted,
+                static_cast<unsigned long long>(accepted), static_cast<unsigned long long>(drafted));
+  return buf;
+}
+
+// `bloomery run --spec-type draft-mtp`: greedy generation through the scheduler with MTP drafting, then the
+// drafted / accepted counts, the acceptance per draft position and the mean accepted length.
+int run_drafting(Model& model, Backend& backend, const std::string& folder, bool ngram,
+                 const std::string& missing, const std::vector<int32_t>& ids, const std::vector<int32_t>& eos,
+                 int n_predict, bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min,
+                 float p_min, const SamplerConfig& sc, Clock::time_point t0) {
+  if (!ngram && !model.info().has_draft)
+    raise("E_SPEC_NO_DRAFT", Where{folder, missing, "--spec-type"},
+          "a checkpoint with its MTP/NextN draft layer", "none", "run without --spec-type draft-mtp");
+  ModelStepEngine engine(model, backend);
+  DraftOptions d;
+  d.n_max = n_max;
+  d.p_min = p_min;
+  if (ngram) d.source = DraftOptions::Source::Ngram;
+  engine.enable_drafting(d);
+  SchedulerConfig cfg;
+  cfg.n_ctx_slot = static_cast<int64_t>(ids.size()) + n_predict + 1;
+  cfg.spec = {n_max, n_min, p_min, ngram};
+  // The run's sampler, drawing from the slot's generator (seeded with --seed): one draw per emitted token.
+  SampleFn sample = [sc](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
+                         std::mt19937_64& rng) {
+    SampledToken t;
+    SampleScratch scratch;
+    t.id = sample_filtered(logits, sc, rng, scratch);
+    return t;
+  };
+  Scheduler sched(engine, cfg, sample);
+  auto t_loaded = Clock::now();
+  std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens; drafting up to %d (%s)\n",
+               folder.c_str(), model.info().family.c_str(), seconds(t0, t_loaded), backend.threads(),
+               ids.size(), n_max, ngram ? "n-gram lookup" : "MTP");
+  if (tok) {
+    std::fputs(tok->decode_text(ids).c_str(), stdout);
+    std::fflush(stdout);
+  }
+  std::unique_ptr<StreamDecoder> stream = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
+  std::vector<int32_t> out;
+  std::promise<FinishInfo> done;
+  GenRequest req;
+  req.prompt = ids;
+  req.n_predict = n_predict;
+  req.sampling.temperature = sc.temperature;
+  req.sampling.seed = sc.seed;
+  req.eos_ids = eos;
+  req.ignore_eos = ignore_eos;
+  req.on_token = [&](const SampledToken& t) {
+    out.push_back(t.id);
+    if (stream) {
+      std::fputs(stream->push(t.id).c_str(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  };
+  req.on_finish = [&](const FinishInfo& f) { done.set_value(f); };
+  sched.submit(std::move(req));
+  const FinishInfo f = done.get_future().get();
+  if (!f.error.empty()) raise("E_RUN", Where{folder, "", ""}, "a generation", f.error);
+  if (stream) std::fputs(stream->finish().c_str(), stdout);
+  std::fputs("\n", stdout);
+  if (print_ids) {
+    std::string s;
+    for (int32_t id : out) s += (s.empty() ? "" : ",") + std::to_string(id);
+    std::printf("ids: %s\n", s.c_str());
+  }
+  std::fflush(stdout);
+  const DraftCounts c = sched.stats().drafts;
+  std::fprintf(stderr,
+               "prompt: %zu tokens in %.3f s; generation: %zu tokens in %.3f s (%.1f tokens/s)\n"
+               "drafts: %llu drafted, %llu accepted (%.1f %%) in %llu verifies; mean accepted length %.2f\n",
+               ids.size(), f.prompt_ms / 1e3, out.size(), f.predicted_ms / 1e3,
+               f.predicted_ms > 0 && out.size() > 1 ? (out.size() - 1) * 1e3 / f.predicted_ms : 0.0,
+               static_cast<unsigned long long>(c.drafted_total()),
+               static_cast<unsigned long long>(c.accepted_total()),
+               c.drafted_total() ? 100.0 * c.accepted_total() / c.drafted_total() : 0.0,
+               static_cast<unsigned long long>(c.rounds),
+               c.rounds ? static_cast<double>(c.accepted_total()) / c.rounds : 0.0);
+  std::string per;
+  for (int i = 0; i < kMaxDrafts && c.drafted[i]; ++i) per += fmt_pos(i, c.drafted[i], c.accepted[i]);
+  if (!per.empty()) std::fprintf(stderr, "acceptance by draft position:%s\n", per.c_str());
+  return 0;
+}
+
 int run_run(int argc, char** argv) {
   CLI::App app{"Generate text with a model folder on the CPU or CUDA backend."};
   std::string folder, prompt, prompt_ids, logits_out, backend_name = "auto";
@@ -56,6 +147,9 @@ int run_run(int argc, char** argv) {
   uint64_t seed = 0;
   bool print_ids = false, ignore_eos = false, no_progress = false, per_weight = false;
   uint64_t mem_budget_mib = 0;
+  std::string spec_type = "none";
+  int spec_n_max = 3, spec_n_min = 0;
+  float spec_p_min = 0.0f;
   app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
   app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
@@ -81,7 +175,25 @@ int run_run(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress, "no load progress bar and no memory plan on stderr");
   app.add_flag("--load-per-weight", per_weight,
                "load weight after weight through Backend::load_weight instead of the parallel loader");
+  app.add_option(
+         "--spec-type", spec_type,
+         "none, draft-mtp (the checkpoint's own MTP/NextN layer drafts) or ngram-simple (lookup in the "
+         "sequence's own tokens); the model verifies")
+      ->check(CLI::IsMember({"none", "draft-mtp", "ngram-simple"}));
+  app.add_option("--spec-draft-n-max,--draft-max,--draft,--draft-n", spec_n_max, "most drafts per step")
+      ->check(CLI::Range(1, 8));
+  app.add_option("--spec-draft-n-min,--draft-min,--draft-n-min", spec_n_min,
+                 "fewer drafts than this are not verified")
+      ->check(CLI::Range(0, 8));
+  app.add_option("--spec-draft-p-min,--draft-p-min", spec_p_min,
+                 "stop drafting when the draft's top probability falls below P")
+      ->check(CLI::Range(0.0f, 1.0f));
   CLI11_PARSE(app, argc, argv);
+  const bool drafting = spec_type != "none";
+  if (drafting && !logits_out.empty()) {
+    std::fprintf(stderr, "error: --logits-out is not written with --spec-type draft-mtp\n");
+    return 2;
+  }
 
   if (prompt.empty() == prompt_ids.empty()) {
     std::fprintf(stderr, "error: give exactly one of -p/--prompt and --prompt-ids\n");
@@ -140,6 +252,11 @@ int run_run(int argc, char** argv) {
             std::to_string(id));
   std::vector<int32_t> eos = info.eos_ids;
   if (eos.empty() && tok) eos = tok->eos_ids();
+
+  if (drafting)
+    return run_drafting(model, *backend, lm->folder, spec_type == "ngram-simple", missing_draft_tensors(*lm),
+                        ids, eos, n_predict, ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min,
+                        spec_p_min, SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
 
   Engine engine(*backend, model);
   SeqId seq = engine.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);

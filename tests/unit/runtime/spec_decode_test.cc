@@ -1,0 +1,363 @@
+// Speculative decoding with the checkpoints' own draft layers, on every fixture folder:
+//  * rollback: after verify rounds with partial acceptance (Model::commit), a state equals, part by part
+//    (recurrent, conv, PLE context exactly; KV / latent / indexer / draft caches over their live rows), the
+//    state of a run that fed only the accepted tokens one at a time; checkpoint/restore and truncate too;
+//  * lossless greedy: the scheduler's output with drafting at k = 1, 3, 8 equals drafting off, token for
+//    token, with a hook that forces both accepted and rejected drafts (random fixtures mostly reject);
+//  * an EOS inside an accepted run ends the request where drafting off ends it.
+// BLOOMERY_SPEC_BACKEND=cuda runs the same tests on the card (scripts/gpu/mtp.sh; state parts then agree
+// within 1e-4 of their largest value instead of bit for bit) and BLOOMERY_SPEC_TOKENS sets the greedy length
+// (default 256).
+#include <algorithm>
+#include <cmath>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <memory>
+#include <string>
+
+#include <gtest/gtest.h>
+
+#include "../../common/fixture_folders.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/select/backend_choice.h"
+#include "models/model_loader.h"
+#include "runtime/sampler.h"
+#include "runtime/scheduler.h"
+#include "runtime/spec_draft.h"
+
+namespace bloomery {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string backend_name() {
+  const char* e = std::getenv("BLOOMERY_SPEC_BACKEND");
+  return e && *e ? e : "cpu";
+}
+
+int greedy_tokens() {
+  const char* e = std::getenv("BLOOMERY_SPEC_TOKENS");
+  return e && *e ? std::atoi(e) : 256;
+}
+
+std::vector<int32_t> tokens(int64_t vocab, int n, uint32_t seed) {
+  std::vector<int32_t> r;
+  for (int i = 0; i < n; ++i) {
+    seed = seed * 1664525u + 1013904223u;
+    r.push_back(static_cast<int32_t>((seed >> 8) % static_cast<uint32_t>(vocab)));
+  }
+  return r;
+}
+
+uint32_t mix(uint64_t a, uint64_t b) {
+  uint64_t h = (a * 0x9E3779B97F4A7C15ull) ^ (b + 0x632BE59BD9B4E019ull);
+  h ^= h >> 29;
+  h *= 0xBF58476D1CE4E5B9ull;
+  return static_cast<uint32_t>(h >> 32);
+}
+
+class SpecDecode : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "none") GTEST_SKIP() << "no fixture folders";
+    const fs::path dir = testing_fixtures::models_root() / GetParam();
+    if (backend_name() != "cpu") {
+      const auto missing = missing_family_ops(backend_name(), folder_model_type(dir));
+      if (!missing.empty())
+        GTEST_SKIP() << backend_name() << " lacks " << missing[0] << " for " << GetParam();
+    }
+    be_ = backend_name() == "cpu" ? make_cpu_backend(2) : make_backend(backend_name(), 0);
+    lm_ = load_model(dir, *be_);
+    if (!model().info().has_draft) GTEST_SKIP() << GetParam() << " has no draft layer";
+  }
+  Model& model() { return *lm_->model; }
+  Backend& be() { return *be_; }
+
+  // Greedy generation through the scheduler; k = 0: drafting off.
+  struct Run {
+    std::vector<int32_t> out;
+    FinishInfo fin;
+    DraftCounts counts;
+  };
+  Run generate(const std::vector<int32_t>& prompt, int n_predict, int k,
+               std::function<int32_t(int64_t, int, int32_t)> hook, std::vector<int32_t> eos = {},
+               float temperature = 0.0f, uint64_t seed = 0, bool ngram = false) {
+    ModelStepEngine engine(model(), be());
+    if (k > 0) {
+      DraftOptions o;
+      o.n_max = k;
+      if (ngram) o.source = DraftOptions::Source::Ngram;
+      o.hook = std::move(hook);
+      engine.enable_drafting(o);
+    }
+    SchedulerConfig cfg;
+    cfg.n_ctx_slot = static_cast<int64_t>(prompt.size()) + n_predict + 8;
+    cfg.n_ubatch = 16;  // a few prompt chunks, so the draft layer catches up over chunk borders
+    cfg.spec.n_max = k;
+    cfg.spec.adaptive = false;  // every round drafts k (the width is what these tests vary)
+    // Greedy, or the runtime sampler's draw (temperature, no cuts) from the slot's seeded generator.
+    SampleFn greedy = [temperature](std::span<const float> logits, const SamplingParams&,
+                                    std::span<const int32_t>, std::mt19937_64& rng) {
+      SampledToken t;
+      SampleScratch scratch;
+      t.id = temperature > 0.0f
+                 ? sample_filtered(logits, SamplerConfig{temperature, 0, 1.0f, 0.0f, 0}, rng, scratch)
+                 : argmax(logits);
+      return t;
+    };
+    Scheduler sched(engine, cfg, greedy);
+    Run run;
+    std::promise<void> done;
+    GenRequest req;
+    req.prompt = prompt;
+    req.n_predict = n_predict;
+    req.sampling.temperature = temperature;
+    req.sampling.seed = seed;
+    req.eos_ids = std::move(eos);
+    req.on_token = [&](const SampledToken& t) {
+      run.out.push_back(t.id);
+      return true;
+    };
+    req.on_finish = [&](const FinishInfo& f) {
+      run.fin = f;
+      done.set_value();
+    };
+    sched.submit(std::move(req));
+    done.get_future().wait();
+    run.counts = sched.stats().drafts;
+    return run;
+  }
+
+  std::unique_ptr<Backend> be_;
+  std::unique_ptr<LoadedModel> lm_;
+};
+
+// Two states part by part: recurrent and host parts whole, positional ones over the rows both hold. Exact:
+// the verify rows and their replays take the step form, as feeding one token at a time does.
+// with_draft: the draft caches too (both sides have just drafted from the same state, so their draft_pos
+// agree; after a commit the verifying side's draft rows past its queue are its own speculative ones).
+void expect_same_state(Model& m, Backend& be, SequenceState& a, SequenceState& b, const std::string& what,
+                       bool with_draft) {
+  ASSERT_EQ(a.pos, b.pos) << what;
+  ASSERT_EQ(a.history, b.history) << what;
+  if (with_draft) ASSERT_EQ(a.draft_pos, b.draft_pos) << what;
+  auto pa = m.state_parts(a), pb = m.state_parts(b);
+  ASSERT_EQ(pa.size(), pb.size());
+  ASSERT_FALSE(pa.empty()) << "the family names no state parts";
+  for (size_t i = 0; i < pa.size(); ++i) {
+    const StatePart &x = pa[i], &y = pb[i];
+    ASSERT_EQ(x.name, y.name);
+    if (!with_draft && (x.name.rfind("mtp", 0) == 0 || x.name.rfind("nextn", 0) == 0)) continue;
+    if (x.host) {
+      EXPECT_EQ(*x.host, *y.host) << what << ": " << x.name;
+      continue;
+    }
+    std::vector<float> va = be.download(*x.tensor), vb = be.download(*y.tensor);
+    ASSERT_EQ(va.size(), vb.size()) << x.name;
+    size_t n = va.size();
+    if (x.rows >= 0)
+      n = static_cast<size_t>(std::min(x.rows, y.rows)) * (va.size() / static_cast<size_t>(x.tensor->dim(0)));
+    // Bit for bit on the CPU; a device backend may order its sums by row count (multi-row GEMV).
+    float tol = 0.0f;
+    if (backend_name() != "cpu")
+      for (size_t j = 0; j < n; ++j) tol = std::max(tol, 1e-4f * std::fabs(vb[j]));
+    size_t bad = 0;
+    float worst = 0.0f;
+    for (size_t j = 0; j < n; ++j)
+      if (tol > 0.0f ? !(std::fabs(va[j] - vb[j]) <= tol) : std::memcmp(&va[j], &vb[j], sizeof(float)) != 0) {
+        ++bad;
+        worst = std::max(worst, std::fabs(va[j] - vb[j]));
+      }
+    EXPECT_EQ(bad, 0u) << what << ": " << x.name << " differs in " << bad << " of " << n
+                       << " elements (max abs " << worst << ")";
+  }
+}
+
+TEST_P(SpecDecode, CommitEqualsFeedingOnlyTheAcceptedTokens) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 23, 7);
+  ModelStepEngine ea(model(), be()), eb(model(), be());
+  ea.enable_drafting({});
+  eb.enable_drafting({});
+  auto a = ea.new_state(256), b = eb.new_state(256);
+  auto feed = [&](ModelStepEngine& e, SequenceState& st, std::vector<int32_t> ids, bool spec) {
+    StepItem it;
+    it.state = &st;
+    it.ids = ids;
+    it.want_logits = true;
+    it.speculative = spec;
+    std::vector<StepItem> items{it};
+    e.forward(items);
+    EXPECT_EQ(items[0].error, "");
+  };
+  // The prompt in two chunks on both sides.
+  for (auto* side : {&ea, &eb}) {
+    SequenceState& st = side == &ea ? *a : *b;
+    feed(*side, st, {prompt.begin(), prompt.begin() + 11}, false);
+    feed(*side, st, {prompt.begin() + 11, prompt.end()}, false);
+  }
+  // Rounds: both sides draft from the same pending token (A verifies and commits `keep` rows; B feeds those
+  // rows one at a time); the drafts and then the whole states must agree, draft caches included.
+  int32_t pending = prompt[0];
+  const int ks[] = {3, 1, 8, 2, 5, 4, 2};
+  for (int round = 0; round < 7; ++round) {
+    const int k = ks[round];
+    auto drafts = ea.draft(*a, pending, k);
+    ASSERT_EQ(drafts, eb.draft(*b, pending, k)) << "round " << round;
+    ASSERT_EQ(static_cast<int>(drafts.size()), k);
+    expect_same_state(model(), be(), *a, *b, "round " + std::to_string(round) + " drafted", true);
+    if (round == 6) break;
+    for (int j = 0; j < k; ++j) drafts[j] = static_cast<int32_t>(mix(round, j) % V);  // arbitrary rows
+    std::vector<int32_t> rows{pending};
+    rows.insert(rows.end(), drafts.begin(), drafts.end());
+    feed(ea, *a, rows, true);
+    const int64_t keep = round == 2 ? k + 1 : 1 + static_cast<int64_t>(mix(round, 99) % k);
+    ea.commit(*a, keep);
+    for (int64_t j = 0; j < keep; ++j) feed(eb, *b, {rows[j]}, false);
+    pending = static_cast<int32_t>(mix(round, 7) % V);
+    expect_same_state(model(), be(), *a, *b,
+                      "round " + std::to_string(round) + " kept " + std::to_string(keep), false);
+  }
+  // A pending verify refuses another forward and a checkpoint.
+  std::vector<int32_t> more = tokens(V, 4, 99);
+  StepItem it;
+  it.state = a.get();
+  it.ids = more;
+  it.speculative = it.want_logits = true;
+  std::vector<StepItem> items{it};
+  ea.forward(items);
+  ASSERT_EQ(items[0].error, "");
+  EXPECT_THROW(model().checkpoint(be(), *a), Error);
+  items[0].error.clear();
+  items[0].speculative = false;
+  ea.forward(items);
+  EXPECT_NE(items[0].error.find("E_STATE_PENDING"), std::string::npos) << items[0].error;
+  model().truncate(be(), *a, a->pos - 1);  // inside the pending verify: a commit of 3 rows
+  EXPECT_EQ(a->pos, b->pos + 3);
+  EXPECT_THROW(model().truncate(be(), *a, a->pos - 1), Error);  // older positions need a checkpoint
+  // Checkpoint, verify and keep everything, restore: the state the checkpoint saw.
+  const StateCheckpoint cp = model().checkpoint(be(), *b);
+  feed(eb, *b, more, true);
+  eb.commit(*b, 4);
+  model().restore(be(), *b, cp);
+  auto parts = model().state_parts(*b);
+  size_t ti = 0;
+  for (const StatePart& p : parts)
+    if (!p.host && p.rows < 0) EXPECT_EQ(be().download(*p.tensor), be().download(cp.tensors[ti++])) << p.name;
+  EXPECT_EQ(b->pos, cp.pos);
+  EXPECT_EQ(b->history, cp.history);
+}
+
+TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 40, 3);
+  const int n = greedy_tokens();
+  const Run off = generate(prompt, n, 0, {});
+  ASSERT_EQ(static_cast<int>(off.out.size()), n);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  for (int k : {1, 3, 8}) {
+    // Force accepts (the true next token) and rejects (a wrong one); leave some drafts as the layer made
+    // them.
+    auto hook = [&, k](int64_t pos, int j, int32_t d) -> int32_t {
+      const int64_t i = pos - P;
+      if (i < 0 || i >= n) return d;
+      switch (mix(pos, k) % 4) {
+        case 0:
+        case 1:
+          return off.out[i];
+        case 2:
+          return static_cast<int32_t>((off.out[i] + 1) % V);
+        default:
+          return d;
+      }
+    };
+    const Run on = generate(prompt, n, k, hook);
+    size_t first = 0;
+    while (first < on.out.size() && first < off.out.size() && on.out[first] == off.out[first]) ++first;
+    EXPECT_EQ(on.out, off.out) << "k = " << k << ": first difference at generated token " << first;
+    EXPECT_EQ(on.fin.reason, StopReason::Limit);
+    EXPECT_GT(on.counts.accepted_total(), 0u) << "k = " << k;
+    EXPECT_GT(on.counts.drafted_total(), on.counts.accepted_total()) << "k = " << k;
+    EXPECT_EQ(on.fin.draft_n, static_cast<int64_t>(on.counts.drafted_total()));
+    EXPECT_EQ(on.fin.draft_n_accepted, static_cast<int64_t>(on.counts.accepted_total()));
+    std::printf("    %s k=%d drafted %llu accepted %llu\n", GetParam().c_str(), k,
+                static_cast<unsigned long long>(on.counts.drafted_total()),
+                static_cast<unsigned long long>(on.counts.accepted_total()));
+  }
+}
+
+// Sampled requests draft too: each emitted token is one draw from the slot's generator on a row equal to the
+// decode's, so a seeded run gives the same tokens with drafts as without (the distribution test is
+// tests/unit/server/spec_sampling_test.cc).
+TEST_P(SpecDecode, SeededSampledRunEqualsWithout) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 20, 11);
+  const Run off = generate(prompt, 96, 0, {}, {}, 1.0f, 77);
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  const Run on = generate(
+      prompt, 96, 3,
+      [&](int64_t pos, int, int32_t d) {
+        const int64_t i = pos - P;
+        return i >= 0 && i < 96 && mix(pos, 5) % 2 ? off.out[i] : d;
+      },
+      {}, 1.0f, 77);
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_GT(on.counts.accepted_total(), 0u);
+}
+
+TEST_P(SpecDecode, EosInsideAnAcceptedRunStopsThere) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 12, 5);
+  const Run ref = generate(prompt, 48, 0, {});
+  const int32_t eos = ref.out[29];
+  const Run off = generate(prompt, 48, 0, {}, {eos});
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  // Every draft is the true token: the EOS is always inside an accepted run.
+  const Run on = generate(prompt, 48, 8,
+                          [&](int64_t pos, int, int32_t d) {
+                            const int64_t i = pos - P;
+                            return i >= 0 && i < static_cast<int64_t>(ref.out.size()) ? ref.out[i] : d;
+                          },
+                          {eos});
+  EXPECT_EQ(off.fin.reason, StopReason::Eos);
+  EXPECT_EQ(on.fin.reason, StopReason::Eos);
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_EQ(on.fin.n_predicted, off.fin.n_predicted);
+}
+
+// ngram-simple: drafts looked up in the sequence's own tokens (the greedy random fixtures fall into loops, so
+// lookups get accepted), no draft layer; lossless the same way.
+TEST_P(SpecDecode, GreedyWithNgramDraftsEqualsWithout) {
+  const int64_t V = model().info().vocab_size;
+  auto prompt = tokens(V, 16, 21);
+  prompt.insert(prompt.end(), prompt.begin(), prompt.end());  // a repeat to look up from the start
+  const int n = std::min(greedy_tokens(), 192);
+  const Run off = generate(prompt, n, 0, {});
+  const Run on = generate(prompt, n, 4, {}, {}, 0.0f, 0, true);
+  EXPECT_EQ(on.out, off.out);
+  EXPECT_GT(on.counts.drafted_total(), 0u);
+  std::printf("    %s ngram drafted %llu accepted %llu\n", GetParam().c_str(),
+              static_cast<unsigned long long>(on.counts.drafted_total()),
+              static_cast<unsigned long long>(on.counts.accepted_total()));
+}
+
+TEST(NgramPropose, LongestLatestMatchAndItsFollowers) {
+  // ... 5 6 7 8 | 1 2 3 9 9 | 5 6 7 → the latest "5 6 7" is followed by 8 1 2.
+  const std::vector<int32_t> ctx{5, 6, 7, 8, 1, 2, 3, 9, 9, 5, 6, 7};
+  EXPECT_EQ(ngram_propose(ctx, 3, 4, 1), (std::vector<int32_t>{8, 1, 2}));
+  EXPECT_EQ(ngram_propose(ctx, 8, 4, 1), (std::vector<int32_t>{8, 1, 2, 3, 9, 9, 5, 6}));
+  // Only a 1-gram matches: 4 … 4 → what followed the earlier 4.
+  EXPECT_EQ(ngram_propose(std::vector<int32_t>{4, 3, 1, 4}, 2, 4, 1), (std::vector<int32_t>{3, 1}));
+  EXPECT_TRUE(ngram_propose(std::vector<int32_t>{4, 3, 1, 4}, 2, 4, 2).empty());  // no 2-gram repeats
+  EXPECT_TRUE(ngram_propose(std::vector<int32_t>{1, 2, 3}, 2, 4, 1).empty());
+  // The latest of two occurrences: 7 a … 7 b … 7 → b.
+  EXPECT_EQ(ngram_propose(std::vector<int32_t>{7, 1, 7, 2, 7}, 1, 1, 1), (std::vector<int32_t>{2}));
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, SpecDecode, ::testing::ValuesIn(testing_fixtures::fixture_names()),
+                         testing_fixtures::param_name);
+
+}  // namespace
+}  // namespace bloomery
