@@ -367,6 +367,7 @@ void Scheduler::step() {
     const SamplingParams& sp = s.req.sampling;
     int64_t look = sp.repeat_last_n < 0 ? static_cast<int64_t>(s.recent.size())
                                         : std::min<int64_t>(sp.repeat_last_n, s.recent.size());
+    if (s.req.constrain) s.req.constrain(it.logits);
     SampledToken tok = sample_(it.logits, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
     s.n_decoded++;
     s.recent.push_back(tok.id);

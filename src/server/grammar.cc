@@ -563,35 +563,38 @@ bool Grammar::matches(const std::string& text) const {
 
 // --- TokenMasker
 
-TokenMasker::TokenMasker(std::shared_ptr<const Grammar> g, const std::vector<std::string>& token_bytes,
-                         const std::vector<bool>& is_text)
-    : g_(std::move(g)), vocab_(token_bytes.size()) {
-  trie_.emplace_back();
+VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes, const std::vector<bool>& is_text)
+    : vocab(token_bytes.size()) {
+  nodes.emplace_back();
   for (size_t id = 0; id < token_bytes.size(); ++id) {
     if (!is_text[id] || token_bytes[id].empty()) continue;
     uint32_t node = 0;
     for (unsigned char c : token_bytes[id]) {
-      auto& kids = trie_[node].kids;
+      auto& kids = nodes[node].kids;
       auto it = std::find_if(kids.begin(), kids.end(), [c](const auto& k) { return k.first == c; });
       if (it != kids.end()) {
         node = it->second;
       } else {
-        uint32_t nn = static_cast<uint32_t>(trie_.size());
-        trie_[node].kids.push_back({c, nn});
-        trie_.emplace_back();
+        uint32_t nn = static_cast<uint32_t>(nodes.size());
+        nodes[node].kids.push_back({c, nn});
+        nodes.emplace_back();
         node = nn;
       }
     }
-    trie_[node].tokens.push_back(static_cast<int32_t>(id));
+    nodes[node].tokens.push_back(static_cast<int32_t>(id));
   }
 }
 
+TokenMasker::TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie)
+    : g_(std::move(g)), trie_(std::move(trie)) {}
+
 void TokenMasker::walk(uint32_t node, const Grammar::State& s, std::vector<uint8_t>& out) const {
-  for (const auto& [b, kid] : trie_[node].kids) {
+  const auto& nodes = trie_->nodes;
+  for (const auto& [b, kid] : nodes[node].kids) {
     Grammar::State t = s;
     if (!g_->advance(t, b)) continue;  // every token below shares this rejected prefix
-    for (int32_t id : trie_[kid].tokens) out[static_cast<size_t>(id)] = 1;
-    if (!trie_[kid].kids.empty()) walk(kid, t, out);
+    for (int32_t id : nodes[kid].tokens) out[static_cast<size_t>(id)] = 1;
+    if (!nodes[kid].kids.empty()) walk(kid, t, out);
   }
 }
 
@@ -608,7 +611,7 @@ const std::vector<uint8_t>& TokenMasker::mask(const Grammar::State& s) {
     }
   }
   misses_++;
-  Entry e{s, std::vector<uint8_t>(vocab_, 0)};
+  Entry e{s, std::vector<uint8_t>(trie_->vocab, 0)};
   walk(0, s, e.mask);
   if (cache_.size() >= 64) cache_.erase(cache_.begin());
   cache_.push_back(std::move(e));

@@ -71,11 +71,24 @@ class Grammar {
 // Masks the vocabulary for a grammar state: a byte trie over every token's bytes is walked with the state,
 // dropping whole subtrees the grammar rejects; masks are cached by state (a JSON string or a repeated
 // element returns to the same state, so most steps are cache hits). One per (grammar, tokenizer).
+// Every text token's bytes in a byte trie, built once per tokenizer and shared by all maskers.
+struct VocabTrie {
+  struct Node {
+    std::vector<std::pair<uint8_t, uint32_t>> kids;
+    std::vector<int32_t> tokens;  // tokens whose bytes end here
+  };
+  // token_bytes[id]: the token's bytes; is_text[id] false for special tokens (never allowed by a grammar).
+  VocabTrie(const std::vector<std::string>& token_bytes, const std::vector<bool>& is_text);
+  std::vector<Node> nodes;
+  size_t vocab = 0;
+};
+
 class TokenMasker {
  public:
-  // token_bytes[id]: the token's bytes; is_text[id] false for special tokens (never allowed by the grammar).
+  TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie);
   TokenMasker(std::shared_ptr<const Grammar> g, const std::vector<std::string>& token_bytes,
-              const std::vector<bool>& is_text);
+              const std::vector<bool>& is_text)
+      : TokenMasker(std::move(g), std::make_shared<VocabTrie>(token_bytes, is_text)) {}
   // allowed[id] = 1 when the token keeps the text inside the grammar. Sized to the vocabulary.
   const std::vector<uint8_t>& mask(const Grammar::State& s);
   const Grammar& grammar() const { return *g_; }
@@ -83,14 +96,9 @@ class TokenMasker {
   uint64_t cache_misses() const { return misses_; }
 
  private:
-  struct Node {
-    std::vector<std::pair<uint8_t, uint32_t>> kids;
-    std::vector<int32_t> tokens;  // tokens whose bytes end here
-  };
   void walk(uint32_t node, const Grammar::State& s, std::vector<uint8_t>& out) const;
   std::shared_ptr<const Grammar> g_;
-  std::vector<Node> trie_;
-  size_t vocab_ = 0;
+  std::shared_ptr<const VocabTrie> trie_;
   struct Entry {
     Grammar::State state;
     std::vector<uint8_t> mask;
