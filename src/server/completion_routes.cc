@@ -424,7 +424,12 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
     if (body["prompt"].is_string()) sh.prompt_text = body["prompt"];
   }
   std::string gbnf = constraint_of(body, opts_, forced_tools);
-  if (!gbnf.empty()) spec.masker = masker_for(gbnf, h.tokenizer());
+  if (!gbnf.empty()) {
+    spec.masker = masker_for(gbnf, h.tokenizer());
+    // The grammar's text is the answer from its first byte: nothing of it is thinking.
+    spec.split_reasoning = false;
+    spec.start_in_reasoning = false;
+  }
   if (spec.id_slot >= n_slots_)
     bad_field("id_slot", "-1 or a slot id below " + std::to_string(n_slots_), spec.id_slot);
 

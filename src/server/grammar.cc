@@ -525,15 +525,22 @@ bool Grammar::advance(State& s, uint8_t b) const {
     s.partial_left--;
     s.partial_len++;
     if (s.partial_left == 0) {
+      static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
       uint32_t cp = s.partial;
+      bool overlong = cp < min_cp[s.partial_len];
       s.partial = 0;
       s.partial_len = 0;
+      if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
       return advance_cp(s, cp);
     }
   }
-  // Mid-character: some element must take a character that starts with these bytes.
+  // Mid-character: some element must take a character that starts with these bytes. The shortest form only
+  // (no overlong encodings), at most U+10FFFF.
+  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
   uint32_t lo = s.partial << (6 * s.partial_left);
-  uint32_t hi = lo | ((1u << (6 * s.partial_left)) - 1);
+  uint32_t hi = std::min<uint32_t>(lo | ((1u << (6 * s.partial_left)) - 1), 0x10FFFF);
+  lo = std::max(lo, min_cp[s.partial_len + s.partial_left]);
+  if (lo > hi) return false;
   for (const Stack& st : s.stacks)
     if (!st.empty() && range_possible(elems_[st.back()], lo, hi)) return true;
   return false;

@@ -61,6 +61,12 @@ TEST(Grammar, MultiByteCharactersAcrossByteBoundaries) {
   Grammar::State t = g->initial();
   EXPECT_FALSE(g->advance(t, static_cast<uint8_t>(0xE4)));  // 一 starts E4; [α-ω] is CE/CF
   EXPECT_FALSE(g->matches("αβ"));
+  // Overlong and out-of-range lead bytes never pass for ASCII: C1 would be an overlong 'y'.
+  auto a = Grammar::parse("root ::= \"y\"");
+  for (uint8_t lead : {0xC0, 0xC1, 0xE0, 0xF0, 0xF5}) {
+    Grammar::State u = a->initial();
+    EXPECT_FALSE(a->advance(u, lead)) << int(lead);
+  }
 }
 
 TEST(Grammar, MaskAllowsExactlyTheTokensThatStayInside) {
