@@ -509,6 +509,14 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
     if (it.speculative) row = row.subspan(static_cast<size_t>(j * V), static_cast<size_t>(V));
     int64_t look = sp.repeat_last_n < 0 ? static_cast<int64_t>(s.recent.size())
                                         : std::min<int64_t>(sp.repeat_last_n, s.recent.size());
+    // A grammar masks each row before it is sampled (its state follows on_token), so a draft that leaves
+    // the grammar can never be the sampled token and is rejected like any mismatch.
+    std::vector<float> masked;
+    if (s.req.constrain) {
+      masked.assign(row.begin(), row.end());
+      s.req.constrain(masked);
+      row = masked;
+    }
     SampledToken tok = sample_(row, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
     const bool accepted = j < n_drafts && tok.id == it.ids[j + 1];
     if (accepted) round.accepted[j] = 1;

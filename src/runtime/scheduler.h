@@ -125,6 +125,9 @@ struct GenRequest {
   std::vector<int32_t> eos_ids;
   bool ignore_eos = false;
   int id_slot = -1;  // ≥ 0: this slot only
+  // Scheduler thread, before each sampling: may lower logits (a grammar's mask sets the tokens it rejects to
+  // -inf). Empty: no constraint.
+  std::function<void(std::vector<float>& logits)> constrain;
   // Scheduler thread. Called for every generated token that is not an EOS; returning false stops the request
   // (a stop string matched) with StopReason::Word.
   std::function<bool(const SampledToken&)> on_token;

@@ -2,14 +2,19 @@
 // llama.cpp's /completion, streaming (SSE) and not. They differ only in how the body is read and how the
 // output objects are shaped; generation itself is one Generation.
 #include <chrono>
+#include <map>
+#include <mutex>
 #include <random>
 
 #include <httplib.h>
 
 #include "server/api_error.h"
+#include "server/grammar.h"
 #include "server/http_server.h"
+#include "server/json_schema.h"
 #include "server/request_parse.h"
 #include "server/sse.h"
+#include "server/tool_calls.h"
 
 namespace bloomery::server {
 
@@ -120,9 +125,9 @@ struct Shape {
 };
 
 // One streamed delta as the API's chunk ("" = nothing to send for this API).
-ojson delta_chunk(const Shape& sh, const GenDelta& d, size_t text_offset) {
+ojson delta_chunk(const Shape& sh, const GenDelta& d, size_t text_offset, int index = 0) {
   if (sh.api == kLlama) {
-    ojson j = {{"index", 0},
+    ojson j = {{"index", index},
                {"content", valid_utf8(d.content)},
                {"tokens", d.tokens},
                {"stop", false},
@@ -130,7 +135,7 @@ ojson delta_chunk(const Shape& sh, const GenDelta& d, size_t text_offset) {
     if (sh.logprobs) j["completion_probabilities"] = llama_probs(d.logprobs);
     return j;
   }
-  ojson choice = {{"index", 0}};
+  ojson choice = {{"index", index}};
   if (sh.api == kChat) {
     ojson delta = ojson::object();
     if (!d.reasoning.empty()) delta["reasoning_content"] = valid_utf8(d.reasoning);
@@ -152,19 +157,21 @@ ojson delta_chunk(const Shape& sh, const GenDelta& d, size_t text_offset) {
 // Everything a non-streamed request produced.
 struct Collected {
   std::string content, reasoning;
+  std::vector<ToolCall> tool_calls;
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;
   void add(const GenDelta& d) {
     content += d.content;
+    tool_calls.insert(tool_calls.end(), d.tool_calls.begin(), d.tool_calls.end());
     reasoning += d.reasoning;
     tokens.insert(tokens.end(), d.tokens.begin(), d.tokens.end());
     logprobs.insert(logprobs.end(), d.logprobs.begin(), d.logprobs.end());
   }
 };
 
-ojson llama_final(const Shape& sh, const Generation& g, const Collected& c, bool stream) {
+ojson llama_final(const Shape& sh, const Generation& g, const Collected& c, bool stream, int index = 0) {
   const FinishInfo& f = g.finish();
-  ojson j = {{"index", 0},
+  ojson j = {{"index", index},
              {"content", stream ? std::string() : valid_utf8(c.content)},
              {"tokens", stream || !sh.return_tokens ? ojson::array() : ojson(c.tokens)},
              {"id_slot", f.slot},
@@ -184,13 +191,23 @@ ojson llama_final(const Shape& sh, const Generation& g, const Collected& c, bool
   return j;
 }
 
-ojson final_response(const Shape& sh, const Generation& g, const Collected& c) {
-  const FinishInfo& f = g.finish();
-  if (sh.api == kLlama) return llama_final(sh, g, c, false);
-  ojson choice = {{"index", 0}};
+ojson tool_calls_json(const std::vector<ToolCall>& calls) {
+  ojson a = ojson::array();
+  for (const auto& c : calls)
+    a.push_back(
+        {{"id", c.id}, {"type", "function"}, {"function", {{"name", c.name}, {"arguments", c.arguments}}}});
+  return a;
+}
+
+// One choice of a finished, non-streamed request.
+ojson final_choice(const Shape& sh, const Generation& g, const Collected& c, int index) {
+  ojson choice = {{"index", index}};
   if (sh.api == kChat) {
-    ojson msg = {{"role", "assistant"}, {"content", valid_utf8(c.content)}};
+    ojson msg = {{"role", "assistant"}};
+    msg["content"] =
+        c.content.empty() && !c.tool_calls.empty() ? ojson(nullptr) : ojson(valid_utf8(c.content));
     if (!c.reasoning.empty()) msg["reasoning_content"] = valid_utf8(c.reasoning);
+    if (!c.tool_calls.empty()) msg["tool_calls"] = tool_calls_json(c.tool_calls);
     choice["message"] = msg;
     choice["logprobs"] = sh.logprobs ? chat_logprobs(c.logprobs) : ojson(nullptr);
   } else {
@@ -198,17 +215,119 @@ ojson final_response(const Shape& sh, const Generation& g, const Collected& c) {
     choice["logprobs"] = sh.logprobs ? completion_logprobs(c.logprobs, 0) : ojson(nullptr);
   }
   choice["finish_reason"] = g.finish_reason();
-  return {{"id", sh.id},
-          {"object", sh.api == kChat ? "chat.completion" : "text_completion"},
-          {"created", sh.created},
-          {"model", sh.model},
-          {"choices", ojson::array({choice})},
-          {"usage", usage(f)},
-          {"timings", timings(f)}};
+  return choice;
+}
+
+// Usage and timings over every choice: each prompt counted once per prompt (choices of one prompt share it).
+FinishInfo total_of(const std::vector<std::shared_ptr<Generation>>& gens, int n_per_prompt) {
+  FinishInfo t = gens.front()->finish();
+  t.n_prompt = 0;
+  t.n_predicted = 0;
+  t.prompt_ms = 0;
+  t.predicted_ms = 0;
+  for (size_t i = 0; i < gens.size(); ++i) {
+    const FinishInfo& f = gens[i]->finish();
+    if (i % static_cast<size_t>(n_per_prompt) == 0) t.n_prompt += f.n_prompt;
+    t.n_predicted += f.n_predicted;
+    t.prompt_ms = std::max(t.prompt_ms, f.prompt_ms);
+    t.predicted_ms = std::max(t.predicted_ms, f.predicted_ms);
+  }
+  return t;
 }
 
 ApiError generation_error(const Generation& g) {
   return server_error("generation failed: " + g.finish().error);
+}
+
+// The tokenizer's vocabulary as a byte trie, built on first use (once per tokenizer).
+std::shared_ptr<const VocabTrie> vocab_trie(const Tokenizer& tok) {
+  static std::mutex mu;
+  static std::map<const Tokenizer*, std::shared_ptr<const VocabTrie>> tries;
+  std::lock_guard lk(mu);
+  auto& t = tries[&tok];
+  if (!t) {
+    std::vector<std::string> bytes(static_cast<size_t>(tok.vocab_size()));
+    std::vector<bool> text(bytes.size());
+    for (int32_t id = 0; id < tok.vocab_size(); ++id) {
+      text[static_cast<size_t>(id)] = !tok.is_special(id);
+      if (text[static_cast<size_t>(id)]) bytes[static_cast<size_t>(id)] = tok.decode({&id, 1});
+    }
+    t = std::make_shared<VocabTrie>(bytes, text);
+  }
+  return t;
+}
+
+// One masker per grammar text, shared by the requests that use it (their mask cache with it). Compile
+// errors are the request's 400.
+std::shared_ptr<TokenMasker> masker_for(const std::string& gbnf, const Tokenizer& tok) {
+  static std::mutex mu;
+  static std::map<std::string, std::shared_ptr<TokenMasker>> maskers;
+  auto trie = vocab_trie(tok);
+  std::lock_guard lk(mu);
+  auto it = maskers.find(gbnf);
+  if (it != maskers.end()) return it->second;
+  std::shared_ptr<const Grammar> g;
+  try {
+    g = Grammar::parse(gbnf);
+  } catch (const GrammarError& e) {
+    bad_request(std::string("Failed to parse grammar: ") + e.what());
+  }
+  if (maskers.size() >= 32) maskers.erase(maskers.begin());
+  auto m = std::make_shared<TokenMasker>(g, trie);
+  maskers[gbnf] = m;
+  return m;
+}
+
+std::string schema_grammar(const ojson& schema, const char* field) {
+  if (!schema.is_object() && !schema.is_boolean()) bad_field(field, "a JSON schema object", schema);
+  try {
+    return schema_to_gbnf(schema);
+  } catch (const GrammarError& e) {
+    bad_request(std::string("'") + field + "': " + e.what());
+  }
+}
+
+// The request's output constraint as GBNF ("" = none): a forced tool call, response_format, llama-server's
+// json_schema / grammar fields, then the server's -j / --grammar defaults.
+std::string constraint_of(const ojson& body, const ServerOptions& o, const std::string& forced_tools) {
+  if (!forced_tools.empty()) return forced_tools;
+  if (body.contains("response_format") && !body["response_format"].is_null()) {
+    const ojson& rf = body["response_format"];
+    if (!rf.is_object() || !rf.contains("type") || !rf["type"].is_string())
+      bad_field("response_format", "an object with a string 'type'", rf);
+    std::string t = rf["type"];
+    if (t == "json_object") {
+      if (rf.contains("schema")) return schema_grammar(rf["schema"], "response_format.schema");
+      return json_object_gbnf();
+    }
+    if (t == "json_schema") {
+      if (!rf.contains("json_schema") || !rf["json_schema"].is_object() ||
+          !rf["json_schema"].contains("schema"))
+        bad_field("response_format.json_schema", "an object with a 'schema'",
+                  rf.value("json_schema", ojson()));
+      return schema_grammar(rf["json_schema"]["schema"], "response_format.json_schema.schema");
+    }
+    if (t != "text") bad_field("response_format.type", "text, json_object or json_schema", rf["type"]);
+  }
+  if (body.contains("json_schema") && !body["json_schema"].is_null())
+    return schema_grammar(body["json_schema"], "json_schema");
+  if (body.contains("grammar") && !body["grammar"].is_null()) {
+    if (!body["grammar"].is_string()) bad_field("grammar", "a GBNF grammar string", body["grammar"]);
+    if (!body["grammar"].get<std::string>().empty()) return body["grammar"];
+  }
+  if (!o.json_schema.empty()) return schema_grammar(ojson::parse(o.json_schema), "-j/--json-schema");
+  return o.grammar;
+}
+
+// Several prompts in one request: an array whose elements are strings or token arrays (a flat array of ids
+// is one prompt).
+std::vector<ojson> prompts_of(const ojson& prompt) {
+  if (prompt.is_array() && prompt.size() > 1 && !prompt[0].is_number()) {
+    std::vector<ojson> out;
+    for (const auto& p : prompt) out.push_back(ojson::array({p}));
+    return out;
+  }
+  return {prompt};
 }
 
 }  // namespace
@@ -233,31 +352,111 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   if (body.contains("model") && body["model"].is_string()) sh.model = body["model"];
   sh.logprobs = spec.logprobs;
 
+  // Choices per prompt: OpenAI's n, llama.cpp's n_cmpl.
+  const char* n_field = api == kLlama ? "n_cmpl" : "n";
+  int n = 1;
+  if (body.contains(n_field) && !body[n_field].is_null()) {
+    if (!body[n_field].is_number_integer() || body[n_field].get<int64_t>() < 1 ||
+        body[n_field].get<int64_t>() > 16)
+      bad_field(n_field, "an integer in [1, 16]", body[n_field]);
+    n = body[n_field].get<int>();
+  }
+
+  std::string forced_tools;
+  std::vector<ojson> prompts;
   if (api == kChat) {
+    // tool_choice: auto (parse calls), none (no tools, no parsing), required / a named function (forced
+    // by the grammar).
+    bool has_tools = body.contains("tools") && body["tools"].is_array() && !body["tools"].empty();
+    std::string choice = has_tools ? "auto" : "none", named;
+    if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
+      const ojson& tc = body["tool_choice"];
+      if (tc.is_string()) {
+        choice = tc;
+        if (choice != "auto" && choice != "none" && choice != "required")
+          bad_field("tool_choice",
+                    "auto, none, required or {\"type\": \"function\", \"function\": {\"name\"}}", tc);
+      } else if (tc.is_object() && tc.contains("function") && tc["function"].is_object() &&
+                 tc["function"].contains("name") && tc["function"]["name"].is_string()) {
+        choice = "named";
+        named = tc["function"]["name"];
+      } else {
+        bad_field("tool_choice", "auto, none, required or {\"type\": \"function\", \"function\": {\"name\"}}",
+                  tc);
+      }
+      if ((choice == "required" || choice == "named") && !has_tools)
+        bad_field("tool_choice", "to come with a non-empty 'tools' array", tc);
+    }
+    if (choice == "none") body.erase("tools");
+    if (!opts_.chat_template_kwargs.empty()) {
+      // The server's kwargs first; the request's own win.
+      ojson kw = ojson::parse(opts_.chat_template_kwargs);
+      if (body.contains("chat_template_kwargs") && body["chat_template_kwargs"].is_object())
+        for (auto it = body["chat_template_kwargs"].begin(); it != body["chat_template_kwargs"].end(); ++it)
+          kw[it.key()] = it.value();
+      body["chat_template_kwargs"] = kw;
+    }
     std::string text = render_chat(body, h.chat_template(), h.tokenizer());
     spec.prompt = h.tokenizer().encode(text, true, false);
-    std::string fmt = body.value("reasoning_format", std::string("auto"));
+    std::string fmt = body.value("reasoning_format", opts_.reasoning_format);
     if (fmt != "none" && fmt != "auto" && fmt != "deepseek" && fmt != "deepseek-legacy")
       bad_field("reasoning_format", "none, auto, deepseek or deepseek-legacy", body["reasoning_format"]);
-    spec.split_reasoning = h.think_tags() && fmt != "none";
+    spec.split_reasoning = h.think_tags() && fmt != "none" && !opts_.skip_chat_parsing;
     spec.start_in_reasoning = spec.split_reasoning && prompt_opens_think(text);
     sh.prompt_text = text;
+    ToolSyntax syntax = tool_syntax_of(h.chat_template().source());
+    if (has_tools && choice != "none" && !opts_.skip_chat_parsing) {
+      spec.parse_tools = true;
+      spec.tool_syntax = syntax;
+      spec.tools = body["tools"];
+    }
+    if (choice == "required" || choice == "named") {
+      try {
+        forced_tools = tool_call_grammar(syntax, body["tools"], named);
+      } catch (const GrammarError& e) {
+        bad_request(std::string("'tools': ") + e.what());
+      } catch (const std::invalid_argument& e) {
+        bad_request(e.what());
+      }
+    }
+    prompts.push_back(ojson());
   } else {
     if (!body.contains("prompt")) bad_request("'prompt': required");
-    spec.prompt = parse_prompt(body["prompt"], h.tokenizer(), "prompt");
+    prompts = prompts_of(body["prompt"]);
     if (body["prompt"].is_string()) sh.prompt_text = body["prompt"];
   }
-  if (spec.prompt.empty()) bad_request("the prompt is empty after tokenisation");
-  if (static_cast<int64_t>(spec.prompt.size()) + 1 > n_ctx_slot_)
-    throw exceed_context(static_cast<int64_t>(spec.prompt.size()), n_ctx_slot_);
+  std::string gbnf = constraint_of(body, opts_, forced_tools);
+  if (!gbnf.empty()) {
+    spec.masker = masker_for(gbnf, h.tokenizer());
+    // The grammar's text is the answer from its first byte: nothing of it is thinking.
+    spec.split_reasoning = false;
+    spec.start_in_reasoning = false;
+  }
   if (spec.id_slot >= n_slots_)
     bad_field("id_slot", "-1 or a slot id below " + std::to_string(n_slots_), spec.id_slot);
+
+  // One spec per (prompt, choice): the prompt's choices differ by seed.
+  std::vector<GenSpec> specs;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    GenSpec one = spec;
+    if (api != kChat) one.prompt = parse_prompt(prompts[p], h.tokenizer(), "prompt");
+    if (one.prompt.empty()) bad_request("the prompt is empty after tokenisation");
+    if (static_cast<int64_t>(one.prompt.size()) + 1 > n_ctx_slot_)
+      throw exceed_context(static_cast<int64_t>(one.prompt.size()), n_ctx_slot_);
+    for (int c = 0; c < n; ++c) {
+      GenSpec choice = one;
+      choice.sampling.seed = spec.sampling.seed + static_cast<uint64_t>(c);
+      specs.push_back(std::move(choice));
+    }
+  }
 
   bool stream = false;
   if (body.contains("stream") && !body["stream"].is_null()) {
     if (!body["stream"].is_boolean()) bad_field("stream", "true or false", body["stream"]);
     stream = body["stream"];
   }
+  if (stream && api == kLlama && specs.size() > 1)
+    bad_request("'stream': several prompts or n_cmpl > 1 are answered without streaming on /completion");
   if (body.contains("stream_options") && body["stream_options"].is_object()) {
     const ojson& so = body["stream_options"];
     if (so.contains("include_usage")) {
@@ -276,22 +475,56 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
                  {"seed", spec.sampling.seed},
                  {"stop", spec.stop},
                  {"n_probs", spec.sampling.n_probs},
-                 {"ignore_eos", spec.ignore_eos}};
+                 {"ignore_eos", spec.ignore_eos},
+                 {"grammar", gbnf}};
 
-  auto gen = Generation::start(h.scheduler(), h.tokenizer(), std::move(spec), h.eos_ids());
+  std::vector<std::shared_ptr<Generation>> gens;
+  for (auto& one : specs)
+    gens.push_back(Generation::start(h.scheduler(), h.tokenizer(), std::move(one), h.eos_ids()));
+  auto cancel_all = [gens] {
+    for (auto& g : gens) g->cancel();
+  };
 
   if (!stream) {
-    Collected c;
-    GenDelta d;
-    while (true) {
-      auto p = gen->next(d, std::chrono::milliseconds(500));
-      if (p == Generation::Poll::Output) c.add(d);
-      if (p == Generation::Poll::Finished) break;
+    std::vector<Collected> cs(gens.size());
+    for (size_t i = 0; i < gens.size(); ++i) {
+      GenDelta d;
+      while (true) {
+        auto p = gens[i]->next(d, std::chrono::milliseconds(500));
+        if (p == Generation::Poll::Output) cs[i].add(d);
+        if (p == Generation::Poll::Finished) break;
+      }
     }
-    if (gen->finish().reason == StopReason::Error || gen->finish().reason == StopReason::Cancelled)
-      throw generation_error(*gen);
+    for (auto& g : gens)
+      if (g->finish().reason == StopReason::Error || g->finish().reason == StopReason::Cancelled) {
+        cancel_all();
+        throw generation_error(*g);
+      }
     res.status = 200;
-    res.set_content(dump_json(final_response(sh, *gen, c)), "application/json; charset=utf-8");
+    if (api == kLlama) {
+      if (gens.size() == 1) {
+        res.set_content(dump_json(llama_final(sh, *gens[0], cs[0], false)),
+                        "application/json; charset=utf-8");
+      } else {
+        ojson arr = ojson::array();
+        for (size_t i = 0; i < gens.size(); ++i)
+          arr.push_back(llama_final(sh, *gens[i], cs[i], false, static_cast<int>(i)));
+        res.set_content(dump_json(arr), "application/json; charset=utf-8");
+      }
+      return;
+    }
+    ojson choices = ojson::array();
+    for (size_t i = 0; i < gens.size(); ++i)
+      choices.push_back(final_choice(sh, *gens[i], cs[i], static_cast<int>(i)));
+    FinishInfo total = total_of(gens, n);
+    ojson out = {{"id", sh.id},
+                 {"object", sh.api == kChat ? "chat.completion" : "text_completion"},
+                 {"created", sh.created},
+                 {"model", sh.model},
+                 {"choices", choices},
+                 {"usage", usage(total)},
+                 {"timings", timings(total)}};
+    res.set_content(dump_json(out), "application/json; charset=utf-8");
     return;
   }
 
@@ -299,79 +532,112 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
   res.set_header("X-Accel-Buffering", "no");
   res.set_chunked_content_provider(
       "text/event-stream",
-      [gen, sh](size_t, httplib::DataSink& sink) {
+      [gens, sh, n, cancel_all](size_t, httplib::DataSink& sink) {
         auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
         auto gone = [&] {
-          gen->cancel();
+          cancel_all();
           return false;  // closes the connection
         };
-        if (sh.api == kChat) {
-          ojson first = {{"id", sh.id},
-                         {"object", "chat.completion.chunk"},
-                         {"created", sh.created},
-                         {"model", sh.model},
-                         {"choices", ojson::array({{{"index", 0},
-                                                    {"delta", {{"role", "assistant"}, {"content", nullptr}}},
-                                                    {"logprobs", nullptr},
-                                                    {"finish_reason", nullptr}}})}};
-          if (!write(sse_data(first))) return gone();
-        }
-        Collected c;
-        size_t offset = 0;
-        GenDelta d;
-        while (true) {
-          auto p = gen->next(d, std::chrono::milliseconds(250));
-          if (p == Generation::Poll::Timeout) {
-            if (!sink.is_writable()) return gone();
-            continue;
+        auto chunk = [&](ojson choice) {
+          return ojson{{"id", sh.id},
+                       {"object", sh.api == kChat ? "chat.completion.chunk" : "text_completion"},
+                       {"created", sh.created},
+                       {"model", sh.model},
+                       {"choices", ojson::array({std::move(choice)})}};
+        };
+        if (sh.api == kChat)
+          for (size_t i = 0; i < gens.size(); ++i)
+            if (!write(sse_data(chunk({{"index", i},
+                                       {"delta", {{"role", "assistant"}, {"content", nullptr}}},
+                                       {"logprobs", nullptr},
+                                       {"finish_reason", nullptr}}))))
+              return gone();
+        std::vector<Collected> cs(gens.size());
+        std::vector<size_t> offset(gens.size(), 0), n_calls(gens.size(), 0);
+        std::vector<bool> done(gens.size(), false);
+        size_t left = gens.size();
+        const auto wait = std::chrono::milliseconds(gens.size() > 1 ? 20 : 250);
+        while (left > 0) {
+          bool idle = true;
+          for (size_t i = 0; i < gens.size(); ++i) {
+            if (done[i]) continue;
+            GenDelta d;
+            auto p = gens[i]->next(d, wait);
+            if (p == Generation::Poll::Timeout) continue;
+            idle = false;
+            if (p == Generation::Poll::Finished) {
+              done[i] = true;
+              left--;
+              continue;
+            }
+            cs[i].add(d);
+            // Tool calls stream as vLLM and llama-server send them: the call's id, type and name with empty
+            // arguments, then the arguments.
+            for (const auto& tc : d.tool_calls) {
+              ojson head = {{"index", n_calls[i]},
+                            {"id", tc.id},
+                            {"type", "function"},
+                            {"function", {{"name", tc.name}, {"arguments", ""}}}};
+              ojson args = {{"index", n_calls[i]}, {"function", {{"arguments", tc.arguments}}}};
+              for (ojson* part : {&head, &args}) {
+                ojson c = {{"index", i},
+                           {"delta", {{"tool_calls", ojson::array({*part})}}},
+                           {"logprobs", nullptr},
+                           {"finish_reason", nullptr}};
+                if (!write(sse_data(chunk(c)))) return gone();
+              }
+              n_calls[i]++;
+            }
+            GenDelta text = d;
+            text.tool_calls.clear();
+            if (text.empty()) continue;
+            if (!write(sse_data(delta_chunk(sh, text, offset[i], static_cast<int>(i))))) return gone();
+            offset[i] += text.content.size();
           }
-          if (p == Generation::Poll::Finished) break;
-          c.add(d);
-          if (d.empty()) continue;
-          if (!write(sse_data(delta_chunk(sh, d, offset)))) return gone();
-          offset += d.content.size();
+          if (idle && !sink.is_writable()) return gone();
         }
-        const FinishInfo& f = gen->finish();
-        if (f.reason == StopReason::Error || f.reason == StopReason::Cancelled) {
-          ojson err = error_body(generation_error(*gen));
-          write(sse_data(err));
-          if (sh.api == kLlama) write(sse_error_line(err));
-          sink.done();
-          return true;
+        for (auto& g : gens) {
+          const FinishInfo& f = g->finish();
+          if (f.reason == StopReason::Error || f.reason == StopReason::Cancelled) {
+            ojson err = error_body(generation_error(*g));
+            write(sse_data(err));
+            if (sh.api == kLlama) write(sse_error_line(err));
+            sink.done();
+            return true;
+          }
         }
         if (sh.api == kLlama) {
-          write(sse_data(llama_final(sh, *gen, c, true)));
+          write(sse_data(llama_final(sh, *gens[0], cs[0], true)));
           sink.done();
           return true;
         }
-        ojson choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", gen->finish_reason()}};
-        if (sh.api == kChat)
-          choice["delta"] = ojson::object();
-        else
-          choice["text"] = "";
-        ojson last = {{"id", sh.id},
-                      {"object", sh.api == kChat ? "chat.completion.chunk" : "text_completion"},
-                      {"created", sh.created},
-                      {"model", sh.model},
-                      {"choices", ojson::array({choice})}};
-        if (!sh.include_usage) last["timings"] = timings(f);
-        if (!write(sse_data(last))) return gone();
+        FinishInfo total = total_of(gens, n);
+        for (size_t i = 0; i < gens.size(); ++i) {
+          ojson choice = {{"index", i}, {"logprobs", nullptr}, {"finish_reason", gens[i]->finish_reason()}};
+          if (sh.api == kChat)
+            choice["delta"] = ojson::object();
+          else
+            choice["text"] = "";
+          ojson last = chunk(choice);
+          if (!sh.include_usage && i + 1 == gens.size()) last["timings"] = timings(total);
+          if (!write(sse_data(last))) return gone();
+        }
         if (sh.include_usage) {
           ojson u = {{"id", sh.id},
                      {"object", sh.api == kChat ? "chat.completion.chunk" : "text_completion"},
                      {"created", sh.created},
                      {"model", sh.model},
                      {"choices", ojson::array()},
-                     {"usage", usage(f)},
-                     {"timings", timings(f)}};
+                     {"usage", usage(total)},
+                     {"timings", timings(total)}};
           if (!write(sse_data(u))) return gone();
         }
         write(sse_done());
         sink.done();
         return true;
       },
-      [gen](bool success) {
-        if (!success) gen->cancel();
+      [cancel_all](bool success) {
+        if (!success) cancel_all();
       });
 }
 

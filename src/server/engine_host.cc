@@ -44,7 +44,9 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
 
   const std::filesystem::path cfg_dir = lm.source->config_dir();
   h->tokenizer_.emplace(Tokenizer::from_folder(cfg_dir));
-  if (!o.chat_template_file.empty())
+  if (!o.chat_template.empty())
+    h->template_.emplace(ChatTemplate::from_source(builtin_chat_template(o.chat_template), "--chat-template"));
+  else if (!o.chat_template_file.empty())
     h->template_.emplace(
         ChatTemplate::from_source(read_text_file(o.chat_template_file), o.chat_template_file));
   else

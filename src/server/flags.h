@@ -51,6 +51,17 @@ struct ServerOptions {
   int load_delay_ms = 0;  // --load-delay-ms: a pause before the weights load (tests of the loading state)
   bool help = false;
   bool version = false;
+  // llama-server compatibility (serving.md §1.2, §1.5, §1.6, §1.7): defaults that requests inherit.
+  int64_t n_keep = 0;                     // --keep: bookkeeping only (context shift is off)
+  std::string chat_template;              // --chat-template: a built-in name ("chatml") or Jinja text
+  std::string chat_template_kwargs;       // --chat-template-kwargs: a JSON object merged into every render
+  std::string reasoning_format = "auto";  // --reasoning-format: the requests' default
+  bool skip_chat_parsing = false;         // --skip-chat-parsing: no reasoning / tool-call split
+  std::string grammar;                    // --grammar / --grammar-file: GBNF every request inherits
+  std::string json_schema;                // -j / -jf: a JSON schema every request inherits
+  bool ignore_eos = false;                // --ignore-eos
+  std::vector<std::pair<int32_t, float>> logit_bias;  // -l/--logit-bias TOKEN(+/-)BIAS
+  bool props = false;                                 // --props: POST /props answers
   // One line per accepted-but-ignored flag (printed once at startup).
   std::vector<std::string> warnings;
 
@@ -81,6 +92,25 @@ std::string help_text();
 
 // Every long and short flag name (for suggestions and tests).
 std::vector<std::string> all_flag_names();
+
+// How bloomery treats a llama-server flag (serving.md §0's classes).
+enum class FlagStatus { Impl, Map, Ignore, Refuse, NotServed };
+const char* flag_status_name(FlagStatus s);
+
+// Every llama-server flag the parser knows, with its class and the one-line reason shown for it (for the
+// docs, the table test and suggestions). A flag whose class depends on its value (--cache-reuse 0 is fine,
+// N > 0 refused) is listed with the class of its non-default use.
+struct FlagInfo {
+  std::vector<std::string> names;  // aliases and negative names
+  FlagStatus status;
+  bool takes_value;
+  std::string why;
+};
+std::vector<FlagInfo> flag_inventory();
+
+// Jinja source of a built-in chat template (--chat-template NAME, --no-jinja): "chatml"; else the argument
+// itself (Jinja text).
+std::string builtin_chat_template(const std::string& name_or_text);
 
 // The variables a flag reads: {"BLOOMERY_ARG_CTX_SIZE", "LLAMA_ARG_CTX_SIZE"}.
 std::vector<std::string> env_names_for(const std::string& long_name);

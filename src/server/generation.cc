@@ -1,5 +1,7 @@
 #include "server/generation.h"
 
+#include <cmath>
+
 namespace bloomery::server {
 
 std::string valid_utf8(const std::string& s) {
@@ -13,12 +15,50 @@ Generation::Generation(const Tokenizer& tok, const GenSpec& spec)
       decoder_(tok, false),
       stop_(spec.stop),
       reasoning_(spec.split_reasoning, spec.start_in_reasoning),
-      logprobs_(spec.logprobs) {}
+      logprobs_(spec.logprobs) {
+  if (spec.masker) {
+    masker_ = spec.masker;
+    gstate_ = masker_->grammar().initial();
+  }
+  if (spec.parse_tools) tools_.emplace(spec.tool_syntax, spec.tools);
+}
+
+// Rejected tokens get -inf; EOS only once the grammar is complete; ids beyond the tokenizer's vocabulary
+// (padded heads) never.
+void Generation::constrain(std::vector<float>& logits) {
+  const std::vector<uint8_t>& ok = masker_->mask(gstate_);
+  const bool done = masker_->grammar().accepting(gstate_);
+  bool any = false;
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (i < ok.size() && ok[i]) {
+      any = true;
+      continue;
+    }
+    logits[i] = -INFINITY;
+  }
+  for (int32_t e : eos_ids_)
+    if (e >= 0 && static_cast<size_t>(e) < logits.size() && (done || !any))
+      logits[static_cast<size_t>(e)] = 0.0f;
+}
+
+void Generation::split_tools(GenDelta& d, bool last) {
+  if (!tools_) return;
+  auto o = tools_->push(d.content);
+  if (last) {
+    auto f = tools_->flush();
+    o.content += f.content;
+  }
+  d.content = std::move(o.content);
+  n_tool_calls_ += o.calls.size();
+  d.tool_calls = std::move(o.calls);
+}
 
 std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokenizer& tokenizer, GenSpec spec,
                                               const std::vector<int32_t>& eos_ids) {
   auto g = std::shared_ptr<Generation>(new Generation(tokenizer, spec));
+  g->eos_ids_ = eos_ids;
   GenRequest r;
+  if (g->masker_) r.constrain = [g](std::vector<float>& logits) { g->constrain(logits); };
   r.prompt = std::move(spec.prompt);
   r.n_predict = spec.n_predict;
   r.sampling = spec.sampling;
@@ -52,11 +92,19 @@ bool Generation::on_token(const SampledToken& t) {
     std::string s = tok_.token_string(t.id);
     if (s == "<think>" || s == "</think>") text = decoder_.finish() + s;
   }
+  bool go_on = true;
+  if (masker_) {
+    // The grammar follows the token's bytes; once it is complete nothing else may come.
+    std::string bytes = tok_.is_special(t.id) ? std::string() : tok_.decode({&t.id, 1});
+    masker_->grammar().advance(gstate_, bytes);
+    if (masker_->grammar().finished(gstate_)) go_on = false;
+  }
   std::string safe = stop_.push(text);
   auto r = reasoning_.push(safe);
   d.content = std::move(r.content);
   d.reasoning = std::move(r.reasoning);
-  bool go_on = !stop_.matched();
+  split_tools(d, false);
+  go_on = go_on && !stop_.matched();
   {
     std::lock_guard lk(mu_);
     queue_.push_back(std::move(d));
@@ -77,6 +125,7 @@ void Generation::on_finish(const FinishInfo& f) {
   auto b = reasoning_.flush();
   d.content += b.content;
   d.reasoning += b.reasoning;
+  split_tools(d, true);
   {
     std::lock_guard lk(mu_);
     if (!d.empty()) queue_.push_back(std::move(d));
@@ -107,7 +156,7 @@ std::string Generation::finish_reason() const {
   switch (finish_.reason) {
     case StopReason::Eos:
     case StopReason::Word:
-      return "stop";
+      return n_tool_calls_ > 0 ? "tool_calls" : "stop";
     case StopReason::Limit:
     case StopReason::ContextFull:
       return "length";

@@ -8,11 +8,14 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "runtime/scheduler.h"
+#include "server/grammar.h"
 #include "server/text_filter.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace bloomery::server {
@@ -35,14 +38,24 @@ struct GenSpec {
   bool logprobs = false;  // report each token's log-probability (and sampling.n_probs alternatives)
   bool split_reasoning = false;
   bool start_in_reasoning = false;
+  // Constrained decoding: the grammar every token must keep the output inside (null: none) and the
+  // tokenizer's vocabulary trie it masks over.
+  // The masker is shared by every request with the same grammar (its mask cache with it); only the
+  // scheduler thread calls it.
+  std::shared_ptr<TokenMasker> masker;
+  // Tool calls parsed out of the content in this syntax (parse_tools false: content stays as generated).
+  bool parse_tools = false;
+  ToolSyntax tool_syntax = ToolSyntax::QwenJson;
+  nlohmann::ordered_json tools;
 };
 
 struct GenDelta {
   std::string content;
   std::string reasoning;
+  std::vector<ToolCall> tool_calls;
   std::vector<int32_t> tokens;
   std::vector<TokenLogprob> logprobs;
-  bool empty() const { return content.empty() && reasoning.empty() && tokens.empty(); }
+  bool empty() const { return content.empty() && reasoning.empty() && tokens.empty() && tool_calls.empty(); }
 };
 
 class Generation {
@@ -57,7 +70,7 @@ class Generation {
 
   const FinishInfo& finish() const { return finish_; }
   const std::string& stop_word() const { return stop_word_; }
-  // "stop" | "length" (OpenAI finish_reason); "" for cancelled / error.
+  // "stop" | "length" | "tool_calls" (OpenAI finish_reason); "" for cancelled / error.
   std::string finish_reason() const;
   // llama.cpp's stop_type: none | eos | limit | word.
   std::string stop_type() const;
@@ -66,6 +79,8 @@ class Generation {
   Generation(const Tokenizer& tok, const GenSpec& spec);
   bool on_token(const SampledToken& t);
   void on_finish(const FinishInfo& f);
+  void constrain(std::vector<float>& logits);
+  void split_tools(GenDelta& d, bool last);
 
   const Tokenizer& tok_;
   StreamDecoder decoder_;
@@ -73,6 +88,11 @@ class Generation {
   ReasoningSplitter reasoning_;
   std::shared_ptr<Ticket> ticket_;
   bool logprobs_;
+  std::shared_ptr<TokenMasker> masker_;
+  Grammar::State gstate_;
+  std::vector<int32_t> eos_ids_;
+  std::optional<ToolCallParser> tools_;
+  size_t n_tool_calls_ = 0;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -203,7 +203,11 @@ void HttpServer::routes() {
                        {"engine", "cpu"},
                        {"speculative", {{"type", "none"}, {"n_max", 0}}}}}});
         }));
-  s.Post("/props", wrap([](const httplib::Request&, httplib::Response&) {
+  s.Post("/props", wrap([this](const httplib::Request&, httplib::Response& res) {
+           if (opts_.props) {
+             res.set_content("{}", "application/json; charset=utf-8");
+             return;
+           }
            throw not_supported(
                "This server does not support changing global properties. Start it with `--props`");
          }));

@@ -86,25 +86,15 @@ void parse_generation_fields(const ojson& b, const ServerOptions& o, Api api, Ge
   p.repeat_last_n = static_cast<int>(integer(b, "repeat_last_n", o.repeat_last_n, -1, 1 << 30));
   int64_t seed = integer(b, "seed", o.seed, INT64_MIN, INT64_MAX);
   p.seed = seed == -1 ? std::random_device{}() : static_cast<uint64_t>(seed);
-  spec.ignore_eos = boolean(b, "ignore_eos", false);
   spec.id_slot = static_cast<int>(integer(b, "id_slot", -1, -1, 1 << 20));
   for (const char* k : {"typical_p"}) neutral(b, k, 1.0);
   for (const char* k : {"mirostat", "dry_multiplier", "xtc_probability", "dynatemp_range"})
     neutral(b, k, 0.0);
   if (const ojson* v = get(b, "top_n_sigma"); v && (!v->is_number() || v->get<double>() > 0))
     bad_request("sampler 'top_n_sigma' is not supported");
-  if (const ojson* v = get(b, "grammar"); v && !(v->is_string() && v->get<std::string>().empty()))
-    bad_request("'grammar': grammar-constrained decoding is not supported yet");
-  if (get(b, "json_schema")) bad_request("'json_schema': schema-constrained decoding is not supported yet");
-  if (const ojson* rf = get(b, "response_format")) {
-    if (!rf->is_object() || !rf->contains("type") || !(*rf)["type"].is_string())
-      bad_field("response_format", "an object with a string 'type'", *rf);
-    std::string t = (*rf)["type"];
-    if (t != "text") bad_request("'response_format': type '" + t + "' is not supported yet (only 'text')");
-  }
-  if (integer(b, "n", 1, 1, 1) != 1) bad_field("n", "1", b["n"]);
-  if (api == Api::LlamaCompletion && integer(b, "n_cmpl", 1, 1, 1) != 1)
-    bad_field("n_cmpl", "1", b["n_cmpl"]);
+  // grammar, json_schema, response_format, n and n_cmpl are read by the routes (constrained decoding, several
+  // choices).
+  spec.ignore_eos = boolean(b, "ignore_eos", o.ignore_eos);
 
   // Stop strings: a string or an array of strings.
   if (const ojson* s = get(b, "stop")) {
@@ -120,7 +110,8 @@ void parse_generation_fields(const ojson& b, const ServerOptions& o, Api api, Ge
     }
   }
 
-  // logit_bias: {"<token id>": bias} (OpenAI) or [[id, bias], ...] (llama.cpp).
+  // logit_bias: {"<token id>": bias} (OpenAI) or [[id, bias], ...] (llama.cpp); -l/--logit-bias first.
+  p.logit_bias = o.logit_bias;
   if (const ojson* lb = get(b, "logit_bias")) {
     if (lb->is_object()) {
       for (auto it = lb->begin(); it != lb->end(); ++it) {

@@ -41,7 +41,7 @@ test('400, 404 and context errors; the server keeps serving', async () => {
       'messages[0].role');
     assertError(await postJson(u, { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }),
       400, 'invalid_request_error', 'image_url');
-    assertError(await postJson(u, { messages: [{ role: 'user', content: 'x' }], n: 2 }), 400, 'invalid_request_error', "'n'");
+    assertError(await postJson(u, { messages: [{ role: 'user', content: 'x' }], n: 0 }), 400, 'invalid_request_error', "'n'");
     assertError(await postJson(u, { messages: [{ role: 'user', content: 'x' }], top_p: 3 }), 400, 'invalid_request_error', "'top_p'");
     assertError(await postJson(u, { messages: [{ role: 'user', content: 'x' }], mirostat: 2 }), 400, 'invalid_request_error', 'mirostat');
     assertError(await postJson(`${server.url}/v1/completions`, { prompt: 'x', max_tokens: -3 }), 400,
