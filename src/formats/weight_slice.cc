@@ -62,7 +62,8 @@ LoadedWeight slice_cols(const TensorSource& src, const WeightRecord& rec, uint64
   whole.cols = K;
   const PartSizes want = expected_part_sizes(whole, where);
   const TensorEntry& main = *rec.main[0];
-  const uint64_t e0 = c0 * want.main_row / K, en = n * want.main_row / K;  // whole bytes: checked by the units
+  const uint64_t e0 = c0 * want.main_row / K,
+                 en = n * want.main_row / K;  // whole bytes: checked by the units
   out.main.resize(R * en);
   for (uint64_t r = 0; r < R; ++r) src.read(main, r * want.main_row + e0, en, out.main.data() + r * en);
 
@@ -129,8 +130,8 @@ void check_cut(const WeightRecord& rec, const TensorCut& cut) {
     if (b >= e || e > extent || b < prev)
       raise("E_TP_CUT", where, fmt::format("ascending ranges inside [0, {})", extent), ranges_str(cut));
     if (b % unit != 0 || (e % unit != 0 && e != extent))
-      raise("E_TP_CUT", where, fmt::format("cuts on multiples of {} ({})", unit, rows ? u.row_why : u.col_why),
-            ranges_str(cut));
+      raise("E_TP_CUT", where,
+            fmt::format("cuts on multiples of {} ({})", unit, rows ? u.row_why : u.col_why), ranges_str(cut));
     prev = e;
   }
 }

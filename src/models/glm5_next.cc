@@ -198,6 +198,9 @@ struct GlmState : SequenceState {
 class Glm5Next final : public BatchedModel {
  public:
   explicit Glm5Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+    if (mc.tp_size > 1)  // not sharded yet (issue 16): refuse rather than compute a wrong split
+      raise("E_TP_FAMILY", Where{"config.json", "", "model_type"}, "a family with a tensor-parallel plan",
+            "glm5_next");
     info_.family = "glm5_next";
     info_.vocab_size = c_.V;
     info_.hidden_size = c_.D;

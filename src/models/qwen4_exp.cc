@@ -11,6 +11,7 @@
 #include "models/model.h"
 #include "models/model_registry.h"
 #include "models/qwen_common.h"
+#include "models/tp_shard.h"
 
 namespace bloomery {
 
@@ -130,6 +131,9 @@ struct Qwen4State : SequenceState {
 class Qwen4Exp final : public BatchedModel {
  public:
   explicit Qwen4Exp(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+    if (mc.tp_size > 1)  // not sharded yet (issue 16): refuse rather than compute a wrong split
+      raise("E_TP_FAMILY", Where{"config.json", "", "model_type"}, "a family with a tensor-parallel plan",
+            "qwen4_exp");
     info_.family = "qwen4_exp";
     info_.vocab_size = c_.V;
     info_.hidden_size = c_.D;
@@ -413,7 +417,7 @@ class Qwen4Exp final : public BatchedModel {
       d.push_back({a + "norm.weight", {c_.dv}, opt});
       d.push_back({a + "out_proj.weight", {c_.D, c_.Hv * c_.dv}, opt});
     }
-    declare_qwen_moe(d, p + "mlp.", c_, opt);
+    declare_qwen_moe(d, p + "mlp.", c_, opt, TpShard(mc_));
   }
 
   HyperConn bind_hc(const WeightSet& w, const std::string& p, bool inject) const {

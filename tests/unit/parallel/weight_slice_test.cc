@@ -85,8 +85,9 @@ TEST(WeightSlice, EveryFixtureWeightSlicesLikeItsDecode) {
       }
     }
   }
-  for (const char* want : {"BF16 rows", "BF16 cols", "NVFP4 rows", "NVFP4 cols", "NVFP4+CSF rows",
-                           "NVFP4+CSF cols", "MXFP8 rows", "MXFP8 cols", "FP8_TENSOR rows", "FP8_TENSOR cols"})
+  for (const char* want :
+       {"BF16 rows", "BF16 cols", "NVFP4 rows", "NVFP4 cols", "NVFP4+CSF rows", "NVFP4+CSF cols",
+        "MXFP8 rows", "MXFP8 cols", "FP8_TENSOR rows", "FP8_TENSOR cols"})
     EXPECT_TRUE(covered.count(want)) << "no fixture weight exercised " << want;
 }
 
