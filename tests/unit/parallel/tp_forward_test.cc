@@ -95,6 +95,18 @@ const std::vector<Expect> kExpect = {
     {"qwen3_next-modelopt-mixed", 2, "", ""},  // NVFP4 experts at 16 columns, FP8 per-tensor attention
     {"qwen3_next-bf16", 4, "E_TP_CUT", "2 GDN key heads cannot be split over 4 ranks"},
     {"qwen3_next-bf16", 3, "E_TP_CUT", "4 attention heads cannot be split over 3 ranks"},
+    {"qwen4_exp-bf16", 2, "", ""},
+    {"qwen4_exp-modelopt-mixed", 2, "", ""},
+    {"qwen4_exp-fp4local-csf", 2, "E_TP_CUT",
+     "out_proj.weight': field 'columns': expected cuts on multiples of 32 (MXFP8"},
+    {"qwen4_exp-bf16", 4, "E_TP_CUT", "6 attention heads cannot be split over 4 ranks"},
+    {"glm5_next-bf16", 2, "", ""},
+    {"glm5_next-bf16", 4, "", ""},  // one MLA and one KDA head per rank, experts at I = 8
+    {"glm5_next-modelopt-mixed", 2, "", ""},
+    {"glm5_next-modelopt-mixed", 4, "E_TP_CUT", "multiples of 16 (NVFP4 scale blocks"},
+    {"glm5_next-bf16", 3, "E_TP_CUT", "4 MLA heads cannot be split over 3 ranks"},
+    {"glm5_next-fp4local-csf", 2, "E_TP_CUT",
+     "down_proj.weight': field 'columns': expected cuts on multiples of 32 (CSF"},
 };
 
 void PrintTo(const Expect& e, std::ostream* os) {
