@@ -9,6 +9,8 @@
 //  * Every call has a deadline (--collective-timeout-ms). A rank that does not arrive in time is named
 //    (E_TP_TIMEOUT); once a group has failed, every rank's next or pending call throws E_TP_RANK_FAILED
 //    naming the rank and what it missed, so no rank hangs.
+//  * Ranks that meet at different collectives (kind or size) all fail with E_TP_MISMATCH instead of reading
+//    each other's buffers.
 //  * `what` names the collective in those messages ("layer 3 mixer all-reduce").
 #pragma once
 
@@ -27,9 +29,14 @@ class Communicator {
   virtual void all_reduce_sum(float* data, size_t n, std::string_view what) = 0;
   // out[size · n]: rank r's in[n] at out[r · n], on every rank. `in` may not alias `out`.
   virtual void all_gather(const float* in, size_t n, float* out, std::string_view what) = 0;
-  // root's bytes[n] copied to every rank's `data`.
-  virtual void broadcast(void* data, size_t bytes, int root, std::string_view what) = 0;
+  // root's bytes[n] copied to every rank's `data`. `idle`: the caller waits for work (a follower waiting for
+  // rank 0's next step plan), which may take any time: no deadline for it, though a group failure still
+  // wakes it. The root's side keeps its deadline, so a dead follower is still found.
+  virtual void broadcast(void* data, size_t bytes, int root, std::string_view what, bool idle = false) = 0;
   virtual void barrier(std::string_view what) = 0;
+  // Collectives this rank has entered so far (a follower tells a step refused before any collective, which
+  // rank 0 refuses the same way, from one that failed halfway).
+  virtual uint64_t collectives() const = 0;
   // This rank gives up (its own work threw): the others' pending and later calls fail at once, naming it.
   virtual void abort(std::string_view why) = 0;
 };

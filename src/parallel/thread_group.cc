@@ -21,6 +21,7 @@ struct ThreadGroup::Shared {
   int arrived = 0;                 // ranks waiting at rendezvous `gen`
   std::vector<uint64_t> reached;   // per rank: 1 + the last rendezvous it arrived at
   std::vector<const void*> slots;  // per rank: its input of the current collective
+  std::vector<uint64_t> sigs;      // per rank: which collective it is in (kind and byte count)
   bool failed = false;
   ErrorInfo failure;  // the root cause, told to every rank that calls afterwards
 
@@ -30,18 +31,35 @@ struct ThreadGroup::Shared {
   }
 
   // Waits until every rank has arrived at the current rendezvous; throws on timeout or group failure.
-  void rendezvous(int rank, std::string_view what) {
+  void rendezvous(int rank, std::string_view what, bool idle = false) {
     std::unique_lock lk(m);
     if (failed) throw_failed(rank, what);
     const uint64_t g = gen;
     reached[rank] = g + 1;
     if (++arrived == size) {
+      // The last to arrive checks, before anyone can move on and post again, that all are in one collective.
+      for (int r = 1; r < size; ++r)
+        if (sigs[r] != sigs[0]) {
+          failed = true;
+          failure = ErrorInfo{"E_TP_MISMATCH",
+                              Where{"", "", std::string(what)},
+                              "every rank at the same collective with the same size",
+                              fmt::format("rank {} at {:#x}, rank 0 at {:#x}", r, sigs[r], sigs[0]),
+                              {}};
+          cv.notify_all();
+          throw Error(failure);
+        }
       arrived = 0;
       ++gen;
       cv.notify_all();
       return;
     }
-    const bool done = cv.wait_for(lk, timeout, [&] { return gen != g || failed; });
+    const auto ready = [&] { return gen != g || failed; };
+    bool done = true;
+    if (idle)
+      cv.wait(lk, ready);
+    else
+      done = cv.wait_for(lk, timeout, ready);
     if (gen != g) return;  // completed (maybe just before another rank failed): this collective is good
     if (!done) {
       std::string missing;
@@ -70,9 +88,10 @@ struct ThreadGroup::Shared {
     cv.notify_all();
   }
 
-  void post(int rank, const void* p) {
+  void post(int rank, const void* p, uint64_t sig) {
     std::lock_guard lk(m);
     slots[rank] = p;
+    sigs[rank] = sig;
   }
 };
 
@@ -84,10 +103,12 @@ class ThreadComm final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return s_->size; }
 
+  uint64_t collectives() const override { return calls_; }
+
   void all_reduce_sum(float* data, size_t n, std::string_view what) override {
+    ++calls_;
     if (s_->size == 1) return;
-    s_->post(rank_, data);
-    s_->rendezvous(rank_, what);
+    enter(data, 1, n * 4, what);
     tmp_.assign(static_cast<const float*>(s_->slots[0]), static_cast<const float*>(s_->slots[0]) + n);
     for (int r = 1; r < s_->size; ++r) {
       const float* v = static_cast<const float*>(s_->slots[r]);
@@ -98,25 +119,37 @@ class ThreadComm final : public Communicator {
   }
 
   void all_gather(const float* in, size_t n, float* out, std::string_view what) override {
-    s_->post(rank_, in);
-    s_->rendezvous(rank_, what);
+    ++calls_;
+    enter(in, 2, n * 4, what);
     for (int r = 0; r < s_->size; ++r) std::memcpy(out + size_t(r) * n, s_->slots[r], n * sizeof(float));
     s_->rendezvous(rank_, what);
   }
 
-  void broadcast(void* data, size_t bytes, int root, std::string_view what) override {
-    s_->post(rank_, data);
-    s_->rendezvous(rank_, what);
+  void broadcast(void* data, size_t bytes, int root, std::string_view what, bool idle) override {
+    ++calls_;
+    s_->post(rank_, data, sig(3, bytes));
+    s_->rendezvous(rank_, what, idle && rank_ != root);
     if (rank_ != root) std::memcpy(data, s_->slots[root], bytes);
     s_->rendezvous(rank_, what);
   }
 
-  void barrier(std::string_view what) override { s_->rendezvous(rank_, what); }
+  void barrier(std::string_view what) override {
+    ++calls_;
+    enter(nullptr, 4, 0, what);
+  }
   void abort(std::string_view why) override { s_->abort(rank_, why); }
 
  private:
+  static uint64_t sig(uint64_t kind, uint64_t bytes) { return kind << 56 | bytes; }
+  // Post the input and meet the others (the rendezvous checks they are in the same collective).
+  void enter(const void* p, uint64_t kind, uint64_t bytes, std::string_view what) {
+    s_->post(rank_, p, sig(kind, bytes));
+    s_->rendezvous(rank_, what);
+  }
+
   std::shared_ptr<ThreadGroup::Shared> s_;
   int rank_;
+  uint64_t calls_ = 0;
   std::vector<float> tmp_;
 };
 
@@ -129,6 +162,7 @@ ThreadGroup::ThreadGroup(int size, std::chrono::milliseconds timeout) : size_(si
   shared_->timeout = timeout;
   shared_->reached.assign(size, 0);
   shared_->slots.assign(size, nullptr);
+  shared_->sigs.assign(size, 0);
   for (int r = 0; r < size; ++r) ranks_.push_back(std::make_unique<ThreadComm>(shared_, r));
 }
 

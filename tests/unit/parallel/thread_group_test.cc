@@ -122,5 +122,18 @@ TEST(ThreadGroup, DeadRankStopsTheOthersAtOnceAndIsNamed) {
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
 }
 
+TEST(ThreadGroup, RanksAtDifferentCollectivesFailInsteadOfMixingBuffers) {
+  ThreadGroup g(2, 2000ms);
+  try {
+    g.run([&](Communicator& c) {
+      std::vector<float> v(c.rank() == 0 ? 4 : 8, 1.0f);  // rank 1 is one collective "ahead" in size
+      c.all_reduce_sum(v.data(), v.size(), "layer 0 mixer all-reduce");
+    });
+    FAIL() << "a size mismatch went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.id(), "E_TP_MISMATCH") << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace bloomery
