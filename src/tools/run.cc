@@ -6,6 +6,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -14,6 +15,7 @@
 #include "backend/select/backend_choice.h"
 #include "core/error.h"
 #include "models/model_loader.h"
+#include "parallel/local_ranks.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -56,6 +58,7 @@ int run_run(int argc, char** argv) {
   uint64_t seed = 0;
   bool print_ids = false, ignore_eos = false, no_progress = false, per_weight = false;
   uint64_t mem_budget_mib = 0;
+  int tp_size = 1, collective_timeout_ms = 10000;
   app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
   app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
@@ -81,6 +84,11 @@ int run_run(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress, "no load progress bar and no memory plan on stderr");
   app.add_flag("--load-per-weight", per_weight,
                "load weight after weight through Backend::load_weight instead of the parallel loader");
+  app.add_option("--tp", tp_size, "tensor-parallel ranks (CPU ranks in this process, one thread group each)")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--collective-timeout-ms", collective_timeout_ms,
+                 "deadline of every inter-rank collective; a rank later than this is named and the run fails")
+      ->check(CLI::Range(1, 3600000));
   CLI11_PARSE(app, argc, argv);
 
   if (prompt.empty() == prompt_ids.empty()) {
@@ -88,11 +96,14 @@ int run_run(int argc, char** argv) {
     return 2;
   }
   // --backend cuda: refuse a family whose ops the card lacks before loading anything (helper J).
+  if (tp_size > 1 && backend_name == "auto") backend_name = "cpu";  // TP ranks run on the CPU for now
+  if (tp_size > 1 && backend_name != "cpu")
+    raise("E_TP_BACKEND", Where{"", "", "--tp"}, "--backend cpu (CUDA ranks need NCCL, not built yet)",
+          backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   check_backend_runs(backend_name, folder);
 
   auto t0 = Clock::now();
-  std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
   LoadOptions load;
   // The plan reserves state for the longest this run can get: every prompt byte a token (byte-level BPE
   // never makes more), a BOS, and the generated tokens.
@@ -108,7 +119,21 @@ int run_run(int argc, char** argv) {
     if (no_progress) return;
     for (const std::string& line : plan.lines()) std::fprintf(stderr, "%s\n", line.c_str());
   };
-  std::unique_ptr<LoadedModel> lm = load_model(folder, *backend, load);
+  // --tp N: N ranks, each with its share of the threads; rank 0 (here) drives, the others follow.
+  std::unique_ptr<Backend> own_backend;
+  std::unique_ptr<LoadedModel> own_lm;
+  std::unique_ptr<LocalTpRanks> ranks;
+  if (tp_size > 1) {
+    const int per_rank = std::max(
+        1, (threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) / tp_size);
+    ranks = std::make_unique<LocalTpRanks>(tp_size, std::chrono::milliseconds(collective_timeout_ms), folder,
+                                           load, [&](int) { return make_backend(backend_name, per_rank); });
+  } else {
+    own_backend = make_backend(backend_name, threads);
+    own_lm = load_model(folder, *own_backend, load);
+  }
+  Backend* backend = ranks ? &ranks->backend() : own_backend.get();
+  LoadedModel* lm = ranks ? &ranks->model() : own_lm.get();
   if (!no_progress) std::fprintf(stderr, "loaded %s\n", lm->stats.summary().c_str());
   Model& model = *lm->model;
   const ModelInfo& info = model.info();
@@ -141,8 +166,9 @@ int run_run(int argc, char** argv) {
   std::vector<int32_t> eos = info.eos_ids;
   if (eos.empty() && tok) eos = tok->eos_ids();
 
-  Engine engine(*backend, model);
-  SeqId seq = engine.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);
+  std::unique_ptr<Engine> engine = ranks ? nullptr : std::make_unique<Engine>(*backend, model);
+  const int64_t capacity = static_cast<int64_t>(ids.size()) + n_predict + 1;
+  SeqId seq = ranks ? ranks->add_sequence(capacity) : engine->add_sequence(capacity);
   Sampler sampler(SamplerConfig{temp, top_k, top_p, min_p, seed});
   std::ofstream logits_file;
   if (!logits_out.empty()) {
@@ -155,14 +181,15 @@ int run_run(int argc, char** argv) {
                         static_cast<std::streamsize>(row.size() * 4));
   };
   auto t_loaded = Clock::now();
-  std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens\n", folder.c_str(),
-               info.family.c_str(), seconds(t0, t_loaded), backend->threads(), ids.size());
+  std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads%s; prompt %zu tokens\n", folder.c_str(),
+               info.family.c_str(), seconds(t0, t_loaded), backend->threads(),
+               ranks ? fmt::format(" per rank, tp {}", tp_size).c_str() : "", ids.size());
   if (tok) {
     std::fputs(tok->decode_text(ids).c_str(), stdout);
     std::fflush(stdout);
   }
 
-  std::vector<float> row = engine.prefill(seq, ids);
+  std::vector<float> row = ranks ? ranks->prefill(seq, ids) : engine->prefill(seq, ids);
   auto t_prompt = Clock::now();
   std::vector<int32_t> out;
   std::unique_ptr<StreamDecoder> stream = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
@@ -178,7 +205,7 @@ int run_run(int argc, char** argv) {
     if ((is_eos && !ignore_eos) || i + 1 == n_predict) break;
     SeqId seqs[] = {seq};
     int32_t toks[] = {next};
-    row = engine.decode(seqs, toks)[0];
+    row = (ranks ? ranks->decode(seqs, toks) : engine->decode(seqs, toks))[0];
   }
   auto t_end = Clock::now();
   if (stream) std::fputs(stream->finish().c_str(), stdout);
