@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "models/model_loader.h"
+#include "parallel/step_plan.h"
 #include "parallel/thread_group.h"
 #include "runtime/engine.h"
 
@@ -43,14 +44,6 @@ class LocalTpRanks {
   std::vector<std::vector<float>> decode(std::span<const SeqId> seqs, std::span<const int32_t> ids);
 
  private:
-  enum class Kind : int64_t { Stop, AddSequence, RemoveSequence, Prefill, Decode };
-  struct Plan {
-    Kind kind = Kind::Stop;
-    int64_t arg = 0;    // capacity, sequence id, or all_logits
-    int64_t nseqs = 0;  // sequence ids that follow
-    int64_t nids = 0;   // token ids that follow
-  };
-  void send(const Plan& p, std::span<const SeqId> seqs, std::span<const int32_t> ids);
   void stop() noexcept;
 
   int size_;
@@ -58,6 +51,7 @@ class LocalTpRanks {
   std::unique_ptr<Backend> be0_;
   std::unique_ptr<LoadedModel> lm0_;
   std::unique_ptr<Engine> engine0_;
+  std::unique_ptr<TpLeader> leader_;
   std::vector<std::thread> followers_;
   std::vector<std::exception_ptr> follower_errors_;
   bool stopped_ = false;

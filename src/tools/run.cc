@@ -16,6 +16,8 @@
 #include "core/error.h"
 #include "models/model_loader.h"
 #include "parallel/local_ranks.h"
+#include "parallel/socket_comm.h"
+#include "parallel/step_plan.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -58,7 +60,8 @@ int run_run(int argc, char** argv) {
   uint64_t seed = 0;
   bool print_ids = false, ignore_eos = false, no_progress = false, per_weight = false;
   uint64_t mem_budget_mib = 0;
-  int tp_size = 1, collective_timeout_ms = 10000;
+  int tp_size = 1, collective_timeout_ms = 10000, node_rank = 0;
+  std::string nodes;
   app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
   app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
@@ -89,9 +92,22 @@ int run_run(int argc, char** argv) {
   app.add_option("--collective-timeout-ms", collective_timeout_ms,
                  "deadline of every inter-rank collective; a rank later than this is named and the run fails")
       ->check(CLI::Range(1, 3600000));
+  app.add_option(
+      "--nodes", nodes,
+      "one rank per process: host:port,… (rank 0 listens on the first address, the others connect)");
+  app.add_option("--node-rank", node_rank, "this process's rank in --nodes (rank 0 prompts and samples)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  std::vector<NodeAddress> node_list;
+  if (!nodes.empty()) {
+    node_list = parse_nodes(nodes);
+    if (tp_size != 1 && tp_size != int(node_list.size()))
+      raise("E_TP_NODES", Where{"", "", "--tp"},
+            fmt::format("--tp equal to the {} --nodes", node_list.size()), std::to_string(tp_size));
+    tp_size = int(node_list.size());
+  }
 
-  if (prompt.empty() == prompt_ids.empty()) {
+  if (node_rank == 0 && prompt.empty() == prompt_ids.empty()) {
     std::fprintf(stderr, "error: give exactly one of -p/--prompt and --prompt-ids\n");
     return 2;
   }
@@ -123,7 +139,30 @@ int run_run(int argc, char** argv) {
   std::unique_ptr<Backend> own_backend;
   std::unique_ptr<LoadedModel> own_lm;
   std::unique_ptr<LocalTpRanks> ranks;
-  if (tp_size > 1) {
+  std::unique_ptr<SocketComm> net;
+  // A rank that fails tells the others why, so they stop at once instead of at their deadline.
+  struct AbortOnThrow {
+    std::unique_ptr<SocketComm>& c;
+    ~AbortOnThrow() {
+      if (c && std::uncaught_exceptions() > 0) c->abort("stopped by an error (see its log)");
+    }
+  } abort_on_throw{net};
+  if (!node_list.empty()) {
+    net = SocketComm::connect(node_rank, tp_size, node_list[0],
+                              std::chrono::milliseconds(collective_timeout_ms),
+                              std::chrono::milliseconds(120000));
+    load.tp_rank = node_rank;
+    load.tp_size = tp_size;
+    load.comm = net.get();
+    own_backend = make_backend(backend_name, threads);
+    own_lm = load_model(folder, *own_backend, load);
+    net->barrier("load");
+    if (node_rank != 0) {  // a follower: run rank 0's step plans until it stops
+      Engine follower(*own_backend, *own_lm->model);
+      tp_follow(*net, follower);
+      return 0;
+    }
+  } else if (tp_size > 1) {
     const int per_rank = std::max(
         1, (threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) / tp_size);
     ranks = std::make_unique<LocalTpRanks>(tp_size, std::chrono::milliseconds(collective_timeout_ms), folder,
@@ -167,8 +206,11 @@ int run_run(int argc, char** argv) {
   if (eos.empty() && tok) eos = tok->eos_ids();
 
   std::unique_ptr<Engine> engine = ranks ? nullptr : std::make_unique<Engine>(*backend, model);
+  std::unique_ptr<TpLeader> leader = net ? std::make_unique<TpLeader>(*net, *engine) : nullptr;
   const int64_t capacity = static_cast<int64_t>(ids.size()) + n_predict + 1;
-  SeqId seq = ranks ? ranks->add_sequence(capacity) : engine->add_sequence(capacity);
+  SeqId seq = leader  ? leader->add_sequence(capacity)
+              : ranks ? ranks->add_sequence(capacity)
+                      : engine->add_sequence(capacity);
   Sampler sampler(SamplerConfig{temp, top_k, top_p, min_p, seed});
   std::ofstream logits_file;
   if (!logits_out.empty()) {
@@ -189,7 +231,9 @@ int run_run(int argc, char** argv) {
     std::fflush(stdout);
   }
 
-  std::vector<float> row = ranks ? ranks->prefill(seq, ids) : engine->prefill(seq, ids);
+  std::vector<float> row = leader  ? leader->prefill(seq, ids)
+                           : ranks ? ranks->prefill(seq, ids)
+                                   : engine->prefill(seq, ids);
   auto t_prompt = Clock::now();
   std::vector<int32_t> out;
   std::unique_ptr<StreamDecoder> stream = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
@@ -205,9 +249,12 @@ int run_run(int argc, char** argv) {
     if ((is_eos && !ignore_eos) || i + 1 == n_predict) break;
     SeqId seqs[] = {seq};
     int32_t toks[] = {next};
-    row = (ranks ? ranks->decode(seqs, toks) : engine->decode(seqs, toks))[0];
+    row = (leader  ? leader->decode(seqs, toks)
+           : ranks ? ranks->decode(seqs, toks)
+                   : engine->decode(seqs, toks))[0];
   }
   auto t_end = Clock::now();
+  if (leader) leader->stop();
   if (stream) std::fputs(stream->finish().c_str(), stdout);
   std::fputs("\n", stdout);
   if (print_ids) {

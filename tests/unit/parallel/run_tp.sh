@@ -9,8 +9,10 @@ for tp in 2 4; do
   got=$("$bin" run -m "$fixture" --prompt-ids 3,17,42,99,7 -n 10 --print-ids --no-progress --tp "$tp" 2>/dev/null | grep '^ids:')
   [ "$got" = "$one" ] || { echo "tp $tp: $got, tp 1: $one"; exit 1; }
 done
-if "$bin" run -m "$fixture" --prompt-ids 3,17 -n 2 --no-progress --tp 3 >/dev/null 2>err.txt; then
+err=$(mktemp)
+trap 'rm -f "$err"' EXIT
+if "$bin" run -m "$fixture" --prompt-ids 3,17 -n 2 --no-progress --tp 3 >/dev/null 2>"$err"; then
   echo "tp 3 was accepted"; exit 1
 fi
-grep -q 'E_TP_CUT.*4 MLA heads cannot be split over 3 ranks' err.txt || { cat err.txt; exit 1; }
+grep -q 'E_TP_CUT.*4 MLA heads cannot be split over 3 ranks' "$err" || { cat "$err"; exit 1; }
 echo "run --tp: ok ($one)"
