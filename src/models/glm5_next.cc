@@ -298,8 +298,9 @@ class Glm5Next final : public BatchedModel {
     int64_t elems = 0;
     for (int64_t l = 0; l < c_.L; ++l)
       elems += c_.is_dsa[l] ? dsa_cache_elems(capacity) : 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
-    // Before bind the NextN layer counts as present (it is declared; the checkpoint may not ship it).
-    if (nextn_.present || !bound_) elems += dsa_cache_elems(capacity + 1);
+    // Before bind the NextN layer counts as present (it is declared, except under TP; the checkpoint may not
+    // ship it).
+    if (nextn_.present || (!bound_ && !tp_.on())) elems += dsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 

@@ -247,8 +247,9 @@ class Qwen4Exp final : public BatchedModel {
       elems += c_.attn[l] ? qsa_cache_elems(capacity) : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
       if (ple_index(l) >= 0) elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
     }
-    // Before bind the draft layer counts as present (it is declared; the checkpoint may not ship it).
-    if (draft_.present || !bound_) elems += qsa_cache_elems(capacity + 1);
+    // Before bind the draft layer counts as present (it is declared, except under TP; the checkpoint may not
+    // ship it).
+    if (draft_.present || (!bound_ && !tp_.on())) elems += qsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 

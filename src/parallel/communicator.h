@@ -14,7 +14,9 @@
 //  * `what` names the collective in those messages ("layer 3 mixer all-reduce").
 #pragma once
 
+#include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace bloomery {
@@ -33,7 +35,9 @@ class Communicator {
   // rank 0's next step plan), which may take any time: no deadline for it, though a group failure still
   // wakes it. The root's side keeps its deadline, so a dead follower is still found.
   virtual void broadcast(void* data, size_t bytes, int root, std::string_view what, bool idle = false) = 0;
-  virtual void barrier(std::string_view what) = 0;
+  // `deadline` overrides the collective timeout for this one call (0: the timeout), e.g. the end of loading
+  // (serving.md: 120 s for load), where ranks legitimately differ by more than a step.
+  virtual void barrier(std::string_view what, std::chrono::milliseconds deadline = {}) = 0;
   // Collectives this rank has entered so far (a follower tells a step refused before any collective, which
   // rank 0 refuses the same way, from one that failed halfway).
   virtual uint64_t collectives() const = 0;

@@ -8,6 +8,9 @@
 namespace bloomery {
 namespace {
 
+// Ranks load at their own pace: the end of loading waits longer than a step (serving.md: 120 s).
+constexpr std::chrono::milliseconds kLoadDeadline{120000};
+
 // True for the errors a rank gets because another rank failed (not a cause of its own).
 bool collective_failure(const std::exception_ptr& e) {
   try {
@@ -39,7 +42,7 @@ LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeou
         o.tp_size = size_;
         o.comm = &c;
         std::unique_ptr<LoadedModel> lm = load_model(folder, *be, o);
-        c.barrier("load");
+        c.barrier("load", kLoadDeadline);
         Engine engine(*be, *lm->model);
         tp_follow(c, engine);
       } catch (const std::exception& e) {
@@ -54,7 +57,7 @@ LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeou
     options.tp_size = size;
     options.comm = &c;
     lm0_ = load_model(folder, *be0_, options);
-    c.barrier("load");
+    c.barrier("load", kLoadDeadline);
     engine0_ = std::make_unique<Engine>(*be0_, *lm0_->model);
     leader_ = std::make_unique<TpLeader>(c, *engine0_);
   } catch (...) {

@@ -32,9 +32,15 @@ struct Hello {
         std::move(found));
 }
 
-void set_nodelay(int fd) {
-  int one = 1;
+// Small messages go out at once; TCP keepalive (probes after 5 s idle, every 2 s, 3 lost = dead) lets an idle
+// follower notice that rank 0's host went away, where no collective deadline runs.
+void tune_socket(int fd) {
+  int one = 1, idle = 5, intvl = 2, cnt = 3;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt));
 }
 
 addrinfo* resolve(const NodeAddress& a, bool passive) {
@@ -149,7 +155,7 @@ std::unique_ptr<SocketComm> SocketComm::connect(int rank, int size, const NodeAd
       }
       const int fd = accept(lfd, nullptr, nullptr);
       if (fd < 0) continue;
-      set_nodelay(fd);
+      tune_socket(fd);
       Hello h;
       bool closed = false;
       if (!read_exact(fd, &h, sizeof(h), deadline, false, &closed) || h.size != size || h.rank <= 0 ||
@@ -170,7 +176,7 @@ std::unique_ptr<SocketComm> SocketComm::connect(int rank, int size, const NodeAd
       const bool ok = fd >= 0 && ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
       freeaddrinfo(ai);
       if (ok) {
-        set_nodelay(fd);
+        tune_socket(fd);
         const Hello h{rank, size};
         if (!write_all(fd, &h, sizeof(h))) {
           close(fd);
@@ -222,17 +228,17 @@ void SocketComm::send_msg(int fd, int peer, uint32_t op, const void* data, uint6
 }
 
 void SocketComm::recv_msg(int fd, int peer, uint32_t op, void* data, uint64_t bytes, std::string_view what,
-                          bool idle) {
+                          bool idle, std::chrono::milliseconds wait) {
   // Rank 0 names a late rank itself; the others wait longer, so that rank 0's diagnosis reaches them first.
-  const auto deadline = Clock::now() + (rank_ == 0 ? timeout_ : 2 * timeout_);
+  if (wait.count() <= 0) wait = timeout_;
+  const auto deadline = Clock::now() + (rank_ == 0 ? wait : 2 * wait);
   Header h;
   bool closed = false;
   if (!read_exact(fd, &h, sizeof(h), deadline, idle, &closed)) {
     if (closed)
       fail("E_TP_RANK_FAILED", what, fmt::format("rank {} connected", peer),
            "its connection closed (process gone)");
-    fail("E_TP_TIMEOUT", what,
-         fmt::format("all {} ranks within --collective-timeout-ms {}", size_, timeout_.count()),
+    fail("E_TP_TIMEOUT", what, fmt::format("all {} ranks within {} ms", size_, wait.count()),
          fmt::format("rank {} did not arrive", peer));
   }
   if (h.op == kAbort) {
@@ -296,16 +302,16 @@ void SocketComm::broadcast(void* data, size_t bytes, int root, std::string_view 
   }
 }
 
-void SocketComm::barrier(std::string_view what) {
+void SocketComm::barrier(std::string_view what, std::chrono::milliseconds deadline) {
   ++calls_;
   if (size_ == 1) return;
   if (failed_) fail("E_TP_RANK_FAILED", what, "a live group", "it failed before");
   if (rank_ != 0) {
     send_msg(fds_[0], 0, kBarrier, nullptr, 0, what);
-    recv_msg(fds_[0], 0, kBarrier, nullptr, 0, what, false);
+    recv_msg(fds_[0], 0, kBarrier, nullptr, 0, what, false, deadline);
     return;
   }
-  for (int r = 1; r < size_; ++r) recv_msg(fds_[r], r, kBarrier, nullptr, 0, what, false);
+  for (int r = 1; r < size_; ++r) recv_msg(fds_[r], r, kBarrier, nullptr, 0, what, false, deadline);
   for (int r = 1; r < size_; ++r) send_msg(fds_[r], r, kBarrier, nullptr, 0, what);
 }
 

@@ -42,7 +42,7 @@ class SocketComm final : public Communicator {
   void all_reduce_sum(float* data, size_t n, std::string_view what) override;
   void all_gather(const float* in, size_t n, float* out, std::string_view what) override;
   void broadcast(void* data, size_t bytes, int root, std::string_view what, bool idle = false) override;
-  void barrier(std::string_view what) override;
+  void barrier(std::string_view what, std::chrono::milliseconds deadline = {}) override;
   void abort(std::string_view why) override;
 
  private:
@@ -55,7 +55,7 @@ class SocketComm final : public Communicator {
   };
   // Rank 0: read one message of kind `op` and `bytes` from rank r; others: from rank 0.
   void recv_msg(int peer_fd, int peer_rank, uint32_t op, void* data, uint64_t bytes, std::string_view what,
-                bool idle);
+                bool idle, std::chrono::milliseconds deadline = {});
   void send_msg(int peer_fd, int peer_rank, uint32_t op, const void* data, uint64_t bytes,
                 std::string_view what);
   int fd_of(int r) const { return rank_ == 0 ? fds_[r] : fds_[0]; }

@@ -31,7 +31,9 @@ struct ThreadGroup::Shared {
   }
 
   // Waits until every rank has arrived at the current rendezvous; throws on timeout or group failure.
-  void rendezvous(int rank, std::string_view what, bool idle = false) {
+  void rendezvous(int rank, std::string_view what, bool idle = false,
+                  std::chrono::milliseconds deadline = {}) {
+    const std::chrono::milliseconds wait = deadline.count() > 0 ? deadline : timeout;
     std::unique_lock lk(m);
     if (failed) throw_failed(rank, what);
     const uint64_t g = gen;
@@ -59,7 +61,7 @@ struct ThreadGroup::Shared {
     if (idle)
       cv.wait(lk, ready);
     else
-      done = cv.wait_for(lk, timeout, ready);
+      done = cv.wait_for(lk, wait, ready);
     if (gen != g) return;  // completed (maybe just before another rank failed): this collective is good
     if (!done) {
       std::string missing;
@@ -68,8 +70,8 @@ struct ThreadGroup::Shared {
       failed = true;
       failure =
           ErrorInfo{"E_TP_TIMEOUT", Where{"", "", std::string(what)},
-                    fmt::format("all {} ranks within --collective-timeout-ms {}", size, timeout.count()),
-                    missing + " did not arrive", fmt::format("seen by rank {} at collective #{}", rank, g)};
+                    fmt::format("all {} ranks within {} ms", size, wait.count()), missing + " did not arrive",
+                    fmt::format("seen by rank {} at collective #{}", rank, g)};
       cv.notify_all();
       throw Error(failure);
     }
@@ -133,9 +135,10 @@ class ThreadComm final : public Communicator {
     s_->rendezvous(rank_, what);
   }
 
-  void barrier(std::string_view what) override {
+  void barrier(std::string_view what, std::chrono::milliseconds deadline) override {
     ++calls_;
-    enter(nullptr, 4, 0, what);
+    s_->post(rank_, nullptr, sig(4, 0));
+    s_->rendezvous(rank_, what, false, deadline);
   }
   void abort(std::string_view why) override { s_->abort(rank_, why); }
 

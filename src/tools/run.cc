@@ -156,7 +156,7 @@ int run_run(int argc, char** argv) {
     load.comm = net.get();
     own_backend = make_backend(backend_name, threads);
     own_lm = load_model(folder, *own_backend, load);
-    net->barrier("load");
+    net->barrier("load", std::chrono::milliseconds(120000));
     if (node_rank != 0) {  // a follower: run rank 0's step plans until it stops
       Engine follower(*own_backend, *own_lm->model);
       tp_follow(*net, follower);

@@ -43,7 +43,7 @@ class FaultyBackend : public test::ForwardingBackend {
   void on_step_layer_done() override {
     if (--left_ != 0) return;
     if (hang_)
-      std::this_thread::sleep_for(1500ms);
+      std::this_thread::sleep_for(3000ms);
     else
       raise("E_TEST_RANK_DIED", Where{}, "a live rank", "rank 1 died");
   }
@@ -92,6 +92,38 @@ TEST(LocalTpRanks, GreedyTokensEqualTp1) {
   EXPECT_EQ(ranks.decode(std::span(&s2, 1), t).size(), 1u);
 }
 
+// Two sequences decoded in one step (one step plan naming both) give each sequence's TP 1 tokens.
+TEST(LocalTpRanks, BatchedDecodeOfTwoSequencesEqualsTp1) {
+  const fs::path folder = kModels / "qwen4_exp-bf16";
+  if (!fs::exists(folder)) GTEST_SKIP();
+  const std::vector<int32_t> other = {250, 9, 77, 31};
+  auto greedy_alone = [&](const std::vector<int32_t>& prompt) {
+    cpu::CpuBackend be(1);
+    auto lm = load_model(folder, be, quiet());
+    Engine e(be, *lm->model);
+    const SeqId s = e.add_sequence(64);
+    std::vector<int32_t> out = {argmax(e.prefill(s, prompt))};
+    for (int i = 0; i < 5; ++i) {
+      const int32_t t[1] = {out.back()};
+      out.push_back(argmax(e.decode(std::span(&s, 1), t)[0]));
+    }
+    return out;
+  };
+  const std::vector<int32_t> want_a = greedy_alone(kPrompt), want_b = greedy_alone(other);
+  LocalTpRanks ranks(2, 10000ms, folder, quiet(), [](int) { return std::make_unique<cpu::CpuBackend>(1); });
+  const SeqId seqs[2] = {ranks.add_sequence(64), ranks.add_sequence(64)};
+  std::vector<int32_t> a = {argmax(ranks.prefill(seqs[0], kPrompt))},
+                       b = {argmax(ranks.prefill(seqs[1], other))};
+  for (int i = 0; i < 5; ++i) {
+    const int32_t t[2] = {a.back(), b.back()};
+    const auto rows = ranks.decode(seqs, t);
+    a.push_back(argmax(rows[0]));
+    b.push_back(argmax(rows[1]));
+  }
+  EXPECT_EQ(a, want_a);
+  EXPECT_EQ(b, want_b);
+}
+
 TEST(LocalTpRanks, WorldSizeThatDoesNotDivideIsRefusedByName) {
   const fs::path folder = kModels / "glm5_next-bf16";
   if (!fs::exists(folder)) GTEST_SKIP();
@@ -110,7 +142,7 @@ void expect_fault_named(bool hang, const std::string& id, const std::string& phr
   if (!fs::exists(folder)) GTEST_SKIP();
   const auto t0 = std::chrono::steady_clock::now();
   try {
-    LocalTpRanks ranks(2, 300ms, folder, quiet(), [&](int r) -> std::unique_ptr<Backend> {
+    LocalTpRanks ranks(2, 1000ms, folder, quiet(), [&](int r) -> std::unique_ptr<Backend> {
       if (r == 1) return std::make_unique<FaultyBackend>(4 + 3, hang);  // dies in the second decode step
       return std::make_unique<cpu::CpuBackend>(1);
     });
@@ -125,7 +157,7 @@ void expect_fault_named(bool hang, const std::string& id, const std::string& phr
     EXPECT_EQ(e.id(), id) << e.what();
     EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos) << e.what();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);  // no hang
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);  // no hang
 }
 
 TEST(LocalTpRanks, DeadFollowerIsNamedOnRankZero) {

@@ -98,9 +98,9 @@ TEST(SocketComm, ARankThatGivesUpIsNamedToTheOthers) {
 
 TEST(SocketComm, LateRankIsNamedWithinTheDeadline) {
   const auto t0 = std::chrono::steady_clock::now();
-  const auto errors = run_ranks(2, test_port(3), 200ms, [&](Communicator& c) {
+  const auto errors = run_ranks(2, test_port(3), 400ms, [&](Communicator& c) {
     float x = 1;
-    if (c.rank() == 1) std::this_thread::sleep_for(800ms);
+    if (c.rank() == 1) std::this_thread::sleep_for(1500ms);
     c.all_reduce_sum(&x, 1, "layer 1 MLP all-reduce");
   });
   EXPECT_EQ(errors[0].rfind("E_TP_TIMEOUT", 0), 0u) << errors[0];

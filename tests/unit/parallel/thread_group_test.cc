@@ -78,13 +78,13 @@ TEST(ThreadGroup, ManyCollectivesBackToBack) {
 }
 
 TEST(ThreadGroup, HungRankIsNamedWithinTheDeadline) {
-  ThreadGroup g(3, 150ms);
+  ThreadGroup g(3, 400ms);
   const auto t0 = std::chrono::steady_clock::now();
   try {
     g.run([&](Communicator& c) {
       float x = 1;
       c.all_reduce_sum(&x, 1, "warm-up");
-      if (c.rank() == 1) std::this_thread::sleep_for(600ms);  // stalls past the deadline
+      if (c.rank() == 1) std::this_thread::sleep_for(1500ms);  // stalls past the deadline
       c.all_reduce_sum(&x, 1, "layer 2 mixer all-reduce");
     });
     FAIL() << "a stalled rank was not detected";
@@ -94,7 +94,7 @@ TEST(ThreadGroup, HungRankIsNamedWithinTheDeadline) {
     EXPECT_NE(std::string(e.what()).find("layer 2 mixer"), std::string::npos) << e.what();
   }
   // Detected at the deadline (the join waits for the sleeper, so bound the whole run loosely).
-  EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
 }
 
 TEST(ThreadGroup, DeadRankStopsTheOthersAtOnceAndIsNamed) {

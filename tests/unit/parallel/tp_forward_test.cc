@@ -155,6 +155,30 @@ TEST_P(TpForward, RanksAgreeAndMatchTp1OrAreRefusedByName) {
   RecordProperty("worst_relative_logit_diff", std::to_string(worst));
 }
 
+// The memory plan is the rank's: at TP 2 each rank plans fewer weight bytes than TP 1 reads (the sharded part
+// halves, replicated parts stay), and both ranks plan the same.
+TEST(TpPlan, EachRankPlansItsShare) {
+  const fs::path folder = kModels / "glm5_next-bf16";
+  if (!fs::exists(folder)) GTEST_SKIP();
+  const auto one = prepare_model(folder, "cpu", {}, LoadOptions{});
+  ThreadGroup g(2, 1000ms);
+  uint64_t read[2] = {}, weights[2] = {};
+  for (int r = 0; r < 2; ++r) {
+    LoadOptions o;
+    o.tp_rank = r;
+    o.tp_size = 2;
+    o.comm = &g.rank(r);
+    const auto lm = prepare_model(folder, "cpu", {}, o);
+    read[r] = lm->plan.read_bytes;
+    weights[r] = lm->plan.weights_total;
+  }
+  EXPECT_EQ(read[0], read[1]);
+  EXPECT_EQ(weights[0], weights[1]);
+  EXPECT_LT(read[0], one->plan.read_bytes * 3 / 4);
+  EXPECT_GT(read[0], one->plan.read_bytes / 2);  // embeddings, mHC, routers, indexers are replicated
+  EXPECT_LT(weights[0], one->plan.weights_total * 3 / 4);
+}
+
 std::string name_of(const ::testing::TestParamInfo<Expect>& info) {
   std::string n = info.param.fixture + "_tp" + std::to_string(info.param.tp);
   for (char& c : n)
