@@ -57,7 +57,8 @@ void batch_advance(std::span<const Model::BatchEntry> entries) {
 
 std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::BatchEntry> entries,
                                         const BatchRows& b, const Tensor& hidden, const Weight& head,
-                                        const std::function<Tensor(const Tensor&)>& head_in) {
+                                        const std::function<Tensor(const Tensor&)>& head_in,
+                                        const std::function<Tensor(const Tensor&)>& head_out) {
   // Which rows want logits: all of an entry's, or its last.
   int64_t R = 0;
   bool every_row = true;
@@ -79,6 +80,7 @@ std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::Batc
   Tensor x = head_in ? head_in(sel) : sel;
   Tensor logits = be.alloc({R, head.rows()});
   be.matmul(logits, x, head);
+  if (head_out) logits = head_out(logits);
   std::vector<ForwardResult> out(entries.size());
   int64_t k = 0;
   for (size_t i = 0; i < entries.size(); ++i) {

@@ -37,9 +37,10 @@ void batch_advance(std::span<const Model::BatchEntry> entries);
 // The results of a pass from hidden [ΣT, C]: each entry's hidden is its rows of `hidden` (a view); its
 // logits are those of all its rows or the last one. The chosen rows are gathered, mapped by `head_in` (the
 // final hyper-connection read; empty: identity) and multiplied by `head` in one matmul, then sliced per
-// entry.
+// entry. `head_out` maps the logits before the split (a vocabulary-split head's all-gather).
 std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::BatchEntry> entries,
                                         const BatchRows& b, const Tensor& hidden, const Weight& head,
-                                        const std::function<Tensor(const Tensor&)>& head_in = {});
+                                        const std::function<Tensor(const Tensor&)>& head_in = {},
+                                        const std::function<Tensor(const Tensor&)>& head_out = {});
 
 }  // namespace bloomery

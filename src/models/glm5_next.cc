@@ -11,10 +11,13 @@
 #include "models/model.h"
 #include "models/model_registry.h"
 #include "models/spec_state.h"
+#include "models/tp_shard.h"
 
 namespace bloomery {
 
 namespace {
+
+using Shape = std::vector<int64_t>;
 
 // ---------------------------------------------------------------------------------------------- config
 
@@ -198,7 +201,8 @@ struct GlmState : SequenceState {
 
 class Glm5Next final : public BatchedModel {
  public:
-  explicit Glm5Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+  explicit Glm5Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)), tp_(mc) {
+    if (tp_.on()) shard_config();
     info_.family = "glm5_next";
     info_.vocab_size = c_.V;
     info_.hidden_size = c_.D;
@@ -214,7 +218,8 @@ class Glm5Next final : public BatchedModel {
     const std::string P = mc_.prefix;
     d.push_back({P + "embed_tokens.weight", {c_.V, c_.D}});
     d.push_back({P + "norm.weight", {c_.D}});
-    if (!c_.tie) d.push_back({"lm_head.weight", {c_.V, c_.D}});
+    if (!c_.tie)
+      d.push_back({"lm_head.weight", {vocab_local(), c_.D}, false, false, tp_.rows(vocab_local())});
     for (int64_t l = 0; l < c_.L; ++l) {
       const std::string p = P + "layers." + std::to_string(l) + ".";
       const int64_t mix = (2 + c_.n) * c_.n;
@@ -225,7 +230,8 @@ class Glm5Next final : public BatchedModel {
       }
       declare_block(d, p, c_.is_dsa[l], !c_.shared_index[l], c_.is_sparse[l], false);
     }
-    // NextN layer at index L (optional; transformers' own exports drop it).
+    // NextN layer at index L (optional; transformers' own exports drop it). Not sharded yet: none under TP.
+    if (tp_.on()) return d;
     const std::string x = P + "layers." + std::to_string(c_.L) + ".";
     d.push_back({x + "enorm.weight", {c_.D}, true});
     d.push_back({x + "hnorm.weight", {c_.D}, true});
@@ -326,8 +332,9 @@ class Glm5Next final : public BatchedModel {
     int64_t elems = 0;
     for (int64_t l = 0; l < c_.L; ++l)
       elems += c_.is_dsa[l] ? dsa_cache_elems(capacity) : 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
-    // Before bind the NextN layer counts as present (it is declared; the checkpoint may not ship it).
-    if (nextn_.present || !bound_) elems += dsa_cache_elems(capacity + 1);
+    // Before bind the NextN layer counts as present (it is declared, except under TP; the checkpoint may not
+    // ship it).
+    if (nextn_.present || (!bound_ && !tp_.on())) elems += dsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -387,10 +394,12 @@ class Glm5Next final : public BatchedModel {
         y = kda(be, L.kda, h, ks);
         for (Tensor& s : shared_sel) s = Tensor();
       }
+      tp_.all_reduce(y, "mixer all-reduce");  // row-parallel o_proj partials (KDA or MLA)
       be.mhc_post(X, y, post, comb);
       be.mhc_pre(h, post, comb, X, *L.ffn_hc.fn, *L.ffn_hc.base, *L.ffn_hc.scale, mhc_spec());
       be.rms_norm(h, h, L.post_norm, c_.eps, NormKind::Plain);
       y = mlp(be, L.mlp, h, ms);
+      tp_.all_reduce(y, "MLP all-reduce");  // dense or shared + routed expert partials, one sum
       be.mhc_post(X, y, post, comb);
       be.step_layer_done();
     }
@@ -401,7 +410,9 @@ class Glm5Next final : public BatchedModel {
     Tensor hidden = be.alloc({T, D});
     be.stream_mean(hidden, X, static_cast<int>(n));
     be.rms_norm(hidden, hidden, norm_, c_.eps, NormKind::Plain);
-    return batch_logits(be, entries, b, hidden, *lm_head_);
+    if (!tp_.on() || c_.tie) return batch_logits(be, entries, b, hidden, *lm_head_);
+    return batch_logits(be, entries, b, hidden, *lm_head_, {},
+                        [&](const Tensor& l) { return tp_.gather_cols(be, l, "vocabulary all-gather"); });
   }
 
   ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
@@ -470,17 +481,22 @@ class Glm5Next final : public BatchedModel {
   // ---- declarations ----
   void declare_block(std::vector<TensorDecl>& d, const std::string& p, bool dsa, bool indexer, bool sparse,
                      bool opt) const {
-    d.push_back({p + "input_layernorm.weight", {c_.D}, opt});
-    d.push_back({p + "post_attention_layernorm.weight", {c_.D}, opt});
+    // TP (models.md §4.12): MLA and KDA by head (q_a, kv_a, the indexer, f_a and g_a replicated, so every
+    // rank keeps the full latent cache), o_proj by column; experts, shared experts and the dense MLP on I.
+    auto add = [&](const std::string& n, Shape s, TensorCut cut = {}) {
+      d.push_back({n, std::move(s), opt, false, std::move(cut)});
+    };
+    add(p + "input_layernorm.weight", {c_.D});
+    add(p + "post_attention_layernorm.weight", {c_.D});
     const std::string a = p + "self_attn.";
     if (dsa) {
-      d.push_back({a + "q_a_proj.weight", {c_.q_lora, c_.D}, opt});
-      d.push_back({a + "q_a_layernorm.weight", {c_.q_lora}, opt});
-      d.push_back({a + "q_b_proj.weight", {c_.H * c_.dqk, c_.q_lora}, opt});
-      d.push_back({a + "kv_a_proj_with_mqa.weight", {c_.kv_lora, c_.D}, opt});
-      d.push_back({a + "kv_a_layernorm.weight", {c_.kv_lora}, opt});
-      d.push_back({a + "kv_b_proj.weight", {c_.H * (c_.dqk + c_.dv), c_.kv_lora}, opt});
-      d.push_back({a + "o_proj.weight", {c_.D, c_.H * c_.dv}, opt});
+      add(a + "q_a_proj.weight", {c_.q_lora, c_.D});
+      add(a + "q_a_layernorm.weight", {c_.q_lora});
+      add(a + "q_b_proj.weight", {c_.H * c_.dqk, c_.q_lora}, tp_.rows(c_.H, c_.dqk));
+      add(a + "kv_a_proj_with_mqa.weight", {c_.kv_lora, c_.D});
+      add(a + "kv_a_layernorm.weight", {c_.kv_lora});
+      add(a + "kv_b_proj.weight", {c_.H * (c_.dqk + c_.dv), c_.kv_lora}, tp_.rows(c_.H, c_.dqk + c_.dv));
+      add(a + "o_proj.weight", {c_.D, c_.H * c_.dv}, tp_.cols(c_.H, c_.dv));
       if (indexer) {
         d.push_back({a + "indexer.wq_b.weight", {c_.Hi * c_.dI, c_.q_lora}, opt});
         d.push_back({a + "indexer.wk.weight", {c_.dI, c_.D}, opt});
@@ -492,39 +508,38 @@ class Glm5Next final : public BatchedModel {
       }
     } else {
       const int64_t qd = c_.Hl * c_.dl;
-      for (const char* pr : {"q_proj", "k_proj", "v_proj"})
-        d.push_back({a + pr + ".weight", {qd, c_.D}, opt});
+      for (const char* pr : {"q_proj", "k_proj", "v_proj"}) add(a + pr + ".weight", {qd, c_.D}, tp_.rows(qd));
       for (const char* cv : {"q_conv1d", "k_conv1d", "v_conv1d"})
-        d.push_back({a + cv + ".weight", {qd, 1, c_.conv_k}, opt});
-      d.push_back({a + "f_a_proj.weight", {c_.dl, c_.D}, opt});
-      d.push_back({a + "f_b_proj.weight", {qd, c_.dl}, opt});
-      d.push_back({a + "dt_bias", {qd}, opt});
-      d.push_back(
-          {a + "A_log", {}, opt});  // [H] or Kimi-style [1, 1, H, 1]: checked by element count in kda_gate
-      d.push_back({a + "b_proj.weight", {c_.Hl, c_.D}, opt});
-      d.push_back({a + "g_a_proj.weight", {c_.dl, c_.D}, opt});
-      d.push_back({a + "g_b_proj.weight", {qd, c_.dl}, opt});
-      d.push_back({a + "o_norm.weight", {c_.dl}, opt});
-      d.push_back({a + "o_proj.weight", {c_.D, qd}, opt});
+        add(a + cv + ".weight", {qd, 1, c_.conv_k}, tp_.rows(qd));
+      add(a + "f_a_proj.weight", {c_.dl, c_.D});
+      add(a + "f_b_proj.weight", {qd, c_.dl}, tp_.rows(qd));
+      add(a + "dt_bias", {qd}, tp_.rows(qd));
+      // [H] or Kimi-style [1, 1, H, 1]: checked by element count in kda_gate (under TP only [H] is cut).
+      add(a + "A_log", tp_.on() ? Shape{c_.Hl} : Shape{}, tp_.rows(c_.Hl));
+      add(a + "b_proj.weight", {c_.Hl, c_.D}, tp_.rows(c_.Hl));
+      add(a + "g_a_proj.weight", {c_.dl, c_.D});
+      add(a + "g_b_proj.weight", {qd, c_.dl}, tp_.rows(qd));
+      add(a + "o_norm.weight", {c_.dl});
+      add(a + "o_proj.weight", {c_.D, qd}, tp_.cols(qd));
     }
     const std::string m = p + "mlp.";
     if (sparse) {
-      d.push_back({m + "gate.weight", {c_.E, c_.D}, opt});
-      d.push_back({m + "gate.e_score_correction_bias", {c_.E}, opt});
+      add(m + "gate.weight", {c_.E, c_.D});
+      add(m + "gate.e_score_correction_bias", {c_.E});
       for (int64_t e = 0; e < c_.E; ++e) {
         const std::string x = m + "experts." + std::to_string(e) + ".";
-        d.push_back({x + "gate_proj.weight", {c_.I, c_.D}, opt});
-        d.push_back({x + "up_proj.weight", {c_.I, c_.D}, opt});
-        d.push_back({x + "down_proj.weight", {c_.D, c_.I}, opt});
+        add(x + "gate_proj.weight", {c_.I, c_.D}, tp_.rows(c_.I));
+        add(x + "up_proj.weight", {c_.I, c_.D}, tp_.rows(c_.I));
+        add(x + "down_proj.weight", {c_.D, c_.I}, tp_.cols(c_.I));
       }
       const int64_t Is = c_.I * c_.n_shared;
-      d.push_back({m + "shared_experts.gate_proj.weight", {Is, c_.D}, opt});
-      d.push_back({m + "shared_experts.up_proj.weight", {Is, c_.D}, opt});
-      d.push_back({m + "shared_experts.down_proj.weight", {c_.D, Is}, opt});
+      add(m + "shared_experts.gate_proj.weight", {Is, c_.D}, tp_.rows(Is));
+      add(m + "shared_experts.up_proj.weight", {Is, c_.D}, tp_.rows(Is));
+      add(m + "shared_experts.down_proj.weight", {c_.D, Is}, tp_.cols(Is));
     } else {
-      d.push_back({m + "gate_proj.weight", {c_.Id, c_.D}, opt});
-      d.push_back({m + "up_proj.weight", {c_.Id, c_.D}, opt});
-      d.push_back({m + "down_proj.weight", {c_.D, c_.Id}, opt});
+      add(m + "gate_proj.weight", {c_.Id, c_.D}, tp_.rows(c_.Id));
+      add(m + "up_proj.weight", {c_.Id, c_.D}, tp_.rows(c_.Id));
+      add(m + "down_proj.weight", {c_.D, c_.Id}, tp_.cols(c_.Id));
     }
   }
 
@@ -743,8 +758,20 @@ class Glm5Next final : public BatchedModel {
     return y;
   }
 
+  // The rank's share of every split size (models.md §4.12), refused by name where the world size does not
+  // divide. mHC, the indexer and the routers stay replicated.
+  void shard_config() {
+    c_.H = tp_.split(c_.H, "MLA heads");
+    c_.Hl = tp_.split(c_.Hl, "KDA heads");
+    c_.I = tp_.split(c_.I, "expert intermediate channels");
+    c_.Id = tp_.split(c_.Id, "MLP intermediate channels");
+    if (!c_.tie) tp_.split(c_.V, "vocabulary rows");
+  }
+  int64_t vocab_local() const { return tp_.on() && !c_.tie ? c_.V / tp_.size : c_.V; }
+
   ModelConfig mc_;
   GlmConfig c_;
+  TpShard tp_;
   ModelInfo info_;
   const Weight *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<Layer> layers_;

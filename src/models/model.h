@@ -18,6 +18,11 @@
 #include <nlohmann/json.hpp>
 
 #include "backend/backend.h"
+#include "formats/weight_slice.h"
+
+namespace bloomery {
+class Communicator;  // parallel/communicator.h
+}
 
 namespace bloomery {
 
@@ -29,6 +34,10 @@ struct ModelConfig {
   // Prefix of the text tower's tensors: "model." (text-only) or "model.language_model." (multimodal wrapper).
   // Top-level tensors (lm_head.weight, mtp.*) carry no prefix.
   std::string prefix = "model.";
+  // Tensor parallelism (models/tp_shard.h): this rank of tp_size; the family declares rank-local shapes and
+  // cuts, and sums its row-parallel partials through `comm` (null when tp_size is 1).
+  int tp_rank = 0, tp_size = 1;
+  Communicator* comm = nullptr;
 };
 
 // One tensor a family needs. Shapes are logical (dequantised) shapes derived from config.json.
@@ -37,6 +46,7 @@ struct TensorDecl {
   std::vector<int64_t> shape;  // expected shape; empty = take the stored one
   bool optional = false;       // absent is fine (e.g. a draft layer the checkpoint does not ship)
   bool streamed = false;       // rows are read on demand (PLE n-gram table), never decoded whole
+  TensorCut cut = {};          // a tensor-parallel rank's part of the stored tensor (`shape` is the part's)
 };
 
 // The weights the loader created, by full checkpoint name. Outlives the Model that binds to it.

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "formats/weight_decode.h"
+#include "formats/weight_slice.h"
 #include "models/model_registry.h"
 #include "models/roles.h"
 
@@ -28,7 +29,17 @@ std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl
       continue;
     }
     const WeightRecord& r = *it->second;
-    if (!d.shape.empty()) {
+    if (!d.cut.whole()) {  // a TP rank's part: the cut fits the stored tensor and the declared shape
+      check_cut(r, d.cut);
+      int64_t want = 1;
+      for (int64_t x : d.shape) want *= x;
+      const bool rows = d.cut.axis == TensorCut::Axis::Rows;
+      const uint64_t have = rows ? d.cut.count() * r.cols() : r.rows() * d.cut.count();
+      if (d.shape.empty() || uint64_t(want) != have)
+        raise("E_DENSE_SHAPE", Where{"", d.name, "shape"}, shape_string(d.shape),
+              fmt::format("{} elements in the rank's {} of {}", have, rows ? "rows" : "columns",
+                          shape_string(std::vector<int64_t>(r.shape.begin(), r.shape.end()))));
+    } else if (!d.shape.empty()) {
       std::vector<int64_t> stored(r.shape.begin(), r.shape.end());
       int64_t want = 1, have = 1;
       for (int64_t x : d.shape) want *= x;
@@ -77,6 +88,12 @@ std::unique_ptr<LoadedModel> prepare_model(const std::filesystem::path& folder, 
   names.reserve(lm->source->tensors().size());
   for (const TensorEntry& t : lm->source->tensors()) names.push_back(t.name);
   lm->config = read_model_config(lm->source->config(), names);
+  if (options.tp_size > 1 && backend_name != "cpu")
+    raise("E_TP_BACKEND", Where{lm->folder, "", "--tp"},
+          "the CPU backend (CUDA ranks need NCCL, not built yet)", std::string(backend_name));
+  lm->config.tp_rank = options.tp_rank;
+  lm->config.tp_size = options.tp_size;
+  lm->config.comm = options.comm;
   lm->model = create_model(lm->config);
   lm->checkpoint = resolve_checkpoint(*lm->source, lm->warnings);
   const std::vector<TensorDecl> decls = lm->model->declare();
@@ -98,10 +115,13 @@ std::unique_ptr<LoadedModel> prepare_model(const std::filesystem::path& folder, 
     job.record = r;
     job.shape = d.shape.empty() ? std::vector<int64_t>(r->shape.begin(), r->shape.end()) : d.shape;
     job.streamed = d.streamed;
+    job.cut = d.cut;
     job.read_bytes = r->stored_bytes();
     int64_t numel = 1;
     for (int64_t x : job.shape) numel *= x;
-    if (static_cast<uint64_t>(numel) != r->rows() * r->cols())
+    const uint64_t full = r->rows() * r->cols();
+    if (!d.cut.whole()) job.read_bytes = job.read_bytes * uint64_t(numel) / std::max<uint64_t>(full, 1);
+    if (d.cut.whole() && static_cast<uint64_t>(numel) != full)
       raise("E_DENSE_SHAPE", Where{"", r->name, "shape"}, shape_string(job.shape),
             shape_string(std::vector<int64_t>(r->shape.begin(), r->shape.end())));
     WeightBytes header;
@@ -138,10 +158,15 @@ void load_weights(LoadedModel& lm, Backend& backend, const LoadOptions& options)
   std::vector<const WeightJob*> loaded;
   std::vector<WeightJob> bulk_jobs;
   for (const WeightJob& j : lm.jobs) {
-    if (j.streamed)
+    if (j.streamed) {
       lm.weights.put(j.name, backend.stream_weight(*lm.source, *j.record, lm.warnings));
-    else
+    } else if (!j.cut.whole()) {  // a TP slice: only its byte ranges are read, decoded here
+      const std::vector<float> data = decode_weight_slice(*lm.source, *j.record, j.cut, lm.warnings);
+      lm.weights.put(j.name, backend.upload_weight(j.name, data, j.shape));
+      progress.add(j.read_bytes);
+    } else {
       bulk_jobs.push_back(j);
+    }
   }
   LoadStats& st = lm.stats;
   BulkLoadFn bulk = options.bulk ? find_bulk_loader(backend.name()) : nullptr;

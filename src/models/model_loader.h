@@ -34,6 +34,10 @@ struct LoadOptions {
   std::function<void(const MemoryPlan&)> on_plan;
   // Called with (bytes read, bytes to read) as the weights load, from the loader's threads (thread-safe!).
   std::function<void(uint64_t, uint64_t)> on_progress;
+  // Tensor parallelism: this rank of tp_size and its communicator (ModelConfig's fields). A rank reads only
+  // its slices of the cut tensors; the memory plan is the rank's.
+  int tp_rank = 0, tp_size = 1;
+  Communicator* comm = nullptr;
 };
 
 // One weight to load, as the plan saw it.
@@ -44,6 +48,7 @@ struct WeightJob {
   bool streamed = false;       // PLE table: rows read on demand
   uint64_t read_bytes = 0;     // checkpoint bytes of its stored parts
   uint64_t backend_bytes = 0;  // what the backend keeps (the plan's number)
+  TensorCut cut = {};          // a TP rank's part (whole otherwise)
 };
 
 // How the weights were read.

@@ -11,6 +11,7 @@
 #include "models/model_registry.h"
 #include "models/qwen_common.h"
 #include "models/spec_state.h"
+#include "models/tp_shard.h"
 
 namespace bloomery {
 
@@ -66,7 +67,8 @@ class Qwen3NextState : public SequenceState {
 
 class Qwen3Next final : public BatchedModel {
  public:
-  explicit Qwen3Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+  explicit Qwen3Next(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)), full_(c_), tp_(mc) {
+    if (tp_.on()) shard_config();
     info_.family = "qwen3_next";
     info_.vocab_size = c_.V;
     info_.hidden_size = c_.D;
@@ -82,7 +84,8 @@ class Qwen3Next final : public BatchedModel {
     const std::string& P = mc_.prefix;
     d.push_back({P + "embed_tokens.weight", {c_.V, c_.D}});
     d.push_back({P + "norm.weight", {c_.D}});
-    if (!c_.tie) d.push_back({"lm_head.weight", {c_.V, c_.D}});
+    if (!c_.tie)
+      d.push_back({"lm_head.weight", {vocab_local(), c_.D}, false, false, tp_.rows(vocab_local())});
     for (int64_t i = 0; i < c_.L; ++i) declare_layer(d, P + "layers." + std::to_string(i) + ".", i, false);
     if (c_.mtp_layers > 0) {
       d.push_back({"mtp.fc.weight", {c_.D, 2 * c_.D}, true});
@@ -206,16 +209,20 @@ class Qwen3Next final : public BatchedModel {
         gdn(be, lw, x, y, gs);
         ++gdn_i;
       }
+      tp_.all_reduce(y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
       be.add(h, h, y);
       be.rms_norm(x, h, lw.post_norm, c_.eps, NormKind::OnePlus);
       mlp(be, lw, c_.moe[l], x, y);
+      tp_.all_reduce(y, "MLP all-reduce");  // routed + shared expert partials, one sum
       be.add(h, h, y);
       be.step_layer_done();
     }
     batch_advance(entries);
     Tensor hidden = be.alloc({T, c_.D});
     be.rms_norm(hidden, h, norm_, c_.eps, NormKind::OnePlus);
-    return batch_logits(be, entries, b, hidden, *lm_head_);
+    if (!tp_.on() || c_.tie) return batch_logits(be, entries, b, hidden, *lm_head_);
+    return batch_logits(be, entries, b, hidden, *lm_head_, {},
+                        [&](const Tensor& l) { return tp_.gather_cols(be, l, "vocabulary all-gather"); });
   }
 
   // MTP (models.md §2.8): x = W_fc [norm(E[tok]); norm(h)], one full-attention MoE layer at position p+1 with
@@ -273,32 +280,44 @@ class Qwen3Next final : public BatchedModel {
   void declare_layer(std::vector<TensorDecl>& d, const std::string& p, int64_t i, bool optional) const {
     const bool full = i < 0 || c_.attn[i];
     const bool moe = i < 0 || c_.moe[i];
-    auto add = [&](const std::string& n, Shape s) { d.push_back({p + n, std::move(s), optional}); };
+    auto add = [&](const std::string& n, Shape s, TensorCut cut = {}) {
+      d.push_back({p + n, std::move(s), optional, false, std::move(cut)});
+    };
     add("input_layernorm.weight", {c_.D});
     add("post_attention_layernorm.weight", {c_.D});
     if (full) {
-      add("self_attn.q_proj.weight", {c_.H * c_.hd * 2, c_.D});
-      add("self_attn.k_proj.weight", {c_.Hkv * c_.hd, c_.D});
-      add("self_attn.v_proj.weight", {c_.Hkv * c_.hd, c_.D});
-      add("self_attn.o_proj.weight", {c_.D, c_.H * c_.hd});
+      // TP by head: q (with its gate) and o by q head, k and v by the rank's KV heads.
+      const TensorCut kv =
+          tp_.on()
+              ? TensorCut::rows({{uint64_t(kv_.first * c_.hd), uint64_t((kv_.first + kv_.local) * c_.hd)}})
+              : TensorCut{};
+      add("self_attn.q_proj.weight", {c_.H * c_.hd * 2, c_.D}, tp_.rows(c_.H, c_.hd * 2));
+      add("self_attn.k_proj.weight", {c_.Hkv * c_.hd, c_.D}, kv);
+      add("self_attn.v_proj.weight", {c_.Hkv * c_.hd, c_.D}, kv);
+      add("self_attn.o_proj.weight", {c_.D, c_.H * c_.hd}, tp_.cols(c_.H, c_.hd));
       add("self_attn.q_norm.weight", {c_.hd});
       add("self_attn.k_norm.weight", {c_.hd});
     } else {
+      // TP by key head (models.md §2.7): grouped rows are contiguous per key head; the conv channels are
+      // [q | k | v] over all heads, so a rank's are three blocks.
       const int64_t key_dim = c_.Hk * c_.dk, value_dim = c_.Hv * c_.dv;
-      add("linear_attn.in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, c_.D});
-      add("linear_attn.in_proj_ba.weight", {2 * c_.Hv, c_.D});
-      add("linear_attn.conv1d.weight", {2 * key_dim + value_dim, 1, c_.conv_k});
-      add("linear_attn.A_log", {c_.Hv});
-      add("linear_attn.dt_bias", {c_.Hv});
+      const int64_t full_key = full_.Hk * full_.dk;
+      add("linear_attn.in_proj_qkvz.weight", {2 * key_dim + 2 * value_dim, c_.D},
+          tp_.rows(2 * key_dim + 2 * value_dim));
+      add("linear_attn.in_proj_ba.weight", {2 * c_.Hv, c_.D}, tp_.rows(2 * c_.Hv));
+      add("linear_attn.conv1d.weight", {2 * key_dim + value_dim, 1, c_.conv_k},
+          tp_.rows_of({{0, key_dim}, {full_key, key_dim}, {2 * full_key, value_dim}}));
+      add("linear_attn.A_log", {c_.Hv}, tp_.rows(c_.Hv));
+      add("linear_attn.dt_bias", {c_.Hv}, tp_.rows(c_.Hv));
       add("linear_attn.norm.weight", {c_.dv});
-      add("linear_attn.out_proj.weight", {c_.D, value_dim});
+      add("linear_attn.out_proj.weight", {c_.D, value_dim}, tp_.cols(value_dim));
     }
     if (moe) {
-      declare_qwen_moe(d, p + "mlp.", c_, optional);
+      declare_qwen_moe(d, p + "mlp.", c_, optional, tp_);
     } else {
-      add("mlp.gate_proj.weight", {c_.Im, c_.D});
-      add("mlp.up_proj.weight", {c_.Im, c_.D});
-      add("mlp.down_proj.weight", {c_.D, c_.Im});
+      add("mlp.gate_proj.weight", {c_.Im, c_.D}, tp_.rows(c_.Im));
+      add("mlp.up_proj.weight", {c_.Im, c_.D}, tp_.rows(c_.Im));
+      add("mlp.down_proj.weight", {c_.D, c_.Im}, tp_.cols(c_.Im));
     }
   }
 
@@ -448,8 +467,28 @@ class Qwen3Next final : public BatchedModel {
     qwen_moe(be, lw.moe, c_, x, y);
   }
 
+  // The rank's share of every split size (models.md §2.7), refused by name where the world size does not
+  // divide. The draft layer is not sharded yet: no MTP under TP.
+  void shard_config() {
+    kv_ = tp_kv_heads(tp_, c_.H, c_.Hkv);
+    c_.H = tp_.split(c_.H, "attention heads");
+    c_.Hkv = kv_.local;
+    c_.Hk = tp_.split(c_.Hk, "GDN key heads");
+    c_.Hv = tp_.split(c_.Hv, "GDN value heads");
+    if (c_.E > 0) c_.I = tp_.split(c_.I, "expert intermediate channels");
+    if (c_.E > 0) c_.Is = tp_.split(c_.Is, "shared expert intermediate channels");
+    if (std::find(c_.moe.begin(), c_.moe.end(), false) != c_.moe.end())
+      c_.Im = tp_.split(c_.Im, "MLP intermediate channels");
+    if (!c_.tie) tp_.split(c_.V, "vocabulary rows");
+    c_.mtp_layers = 0;
+  }
+  int64_t vocab_local() const { return tp_.on() && !c_.tie ? c_.V / tp_.size : c_.V; }
+
   ModelConfig mc_;
   Config c_;
+  Config full_;  // the unsharded sizes (where a rank's blocks start)
+  TpShard tp_;
+  TpKvHeads kv_{};
   ModelInfo info_;
   const Weight *embed_ = nullptr, *norm_ = nullptr, *lm_head_ = nullptr;
   std::vector<LayerW> layers_;

@@ -12,6 +12,7 @@
 #include "models/model_registry.h"
 #include "models/qwen_common.h"
 #include "models/spec_state.h"
+#include "models/tp_shard.h"
 
 namespace bloomery {
 
@@ -130,7 +131,8 @@ struct Qwen4State : SequenceState {
 
 class Qwen4Exp final : public BatchedModel {
  public:
-  explicit Qwen4Exp(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)) {
+  explicit Qwen4Exp(const ModelConfig& mc) : mc_(mc), c_(read_config(mc.text)), full_(c_), tp_(mc) {
+    if (tp_.on()) shard_config();
     info_.family = "qwen4_exp";
     info_.vocab_size = c_.V;
     info_.hidden_size = c_.D;
@@ -146,7 +148,8 @@ class Qwen4Exp final : public BatchedModel {
     const std::string P = mc_.prefix;
     const int64_t nD = c_.n * c_.D;
     d.push_back({P + "embed_tokens.weight", {c_.V, c_.D}});
-    if (!c_.tie) d.push_back({"lm_head.weight", {c_.V, c_.D}});
+    if (!c_.tie)
+      d.push_back({"lm_head.weight", {vocab_local(), c_.D}, false, false, tp_.rows(vocab_local())});
     declare_hc(d, P + "hyper_connection_mixer.", false, false);
     for (int64_t l = 0; l < c_.L; ++l) {
       const std::string p = P + "layers." + std::to_string(l) + ".";
@@ -163,7 +166,8 @@ class Qwen4Exp final : public BatchedModel {
         d.push_back({p + "ple.conv1d.weight", {nD, 1, c_.ple_conv_k}});
       }
     }
-    // MTP draft layer (optional: transformers' own exports drop it).
+    // MTP draft layer (optional: transformers' own exports drop it). Not sharded yet: none under TP.
+    if (tp_.on()) return d;
     d.push_back({"mtp.fc_embedding.weight", {c_.D, c_.D}, true});
     d.push_back({"mtp.fc_hidden.weight", {c_.D, c_.D}, true});
     d.push_back({"mtp.pre_fc_norm_embedding.weight", {c_.D}, true});
@@ -282,8 +286,9 @@ class Qwen4Exp final : public BatchedModel {
       elems += c_.attn[l] ? qsa_cache_elems(capacity) : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
       if (ple_index(l) >= 0) elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
     }
-    // Before bind the draft layer counts as present (it is declared; the checkpoint may not ship it).
-    if (draft_.present || !bound_) elems += qsa_cache_elems(capacity + 1);
+    // Before bind the draft layer counts as present (it is declared, except under TP; the checkpoint may not
+    // ship it).
+    if (draft_.present || (!bound_ && !tp_.on())) elems += qsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -347,9 +352,11 @@ class Qwen4Exp final : public BatchedModel {
         }
         y = gdn(be, L.gdn, u, gs);
       }
+      tp_.all_reduce(y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
       be.hc_inject(X, y, inj);
       u = hc_read(be, L.mlp_hc, X, &inj);
       y = moe(be, L.moe, u);
+      tp_.all_reduce(y, "MoE all-reduce");  // routed + shared expert partials, one sum
       be.hc_inject(X, y, inj);
       be.step_layer_done();
     }
@@ -357,8 +364,10 @@ class Qwen4Exp final : public BatchedModel {
     for (size_t i = 0; i < st.size(); ++i) report_ties(*st[i], ties_before[i]);
 
     // The multi-stream X before the final mixer is what the MTP layer reads (§3.13).
-    return batch_logits(be, entries, b, X, *lm_head_,
-                        [&](const Tensor& rows) { return hc_read(be, mixer_, rows, nullptr); });
+    const auto head_in = [&](const Tensor& rows) { return hc_read(be, mixer_, rows, nullptr); };
+    if (!tp_.on() || c_.tie) return batch_logits(be, entries, b, X, *lm_head_, head_in);
+    return batch_logits(be, entries, b, X, *lm_head_, head_in,
+                        [&](const Tensor& l) { return tp_.gather_cols(be, l, "vocabulary all-gather"); });
   }
 
   ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
@@ -435,30 +444,39 @@ class Qwen4Exp final : public BatchedModel {
     declare_hc(d, p + "attn_hyper_connection.", true, opt);
     declare_hc(d, p + "mlp_hyper_connection.", true, opt);
     if (qsa) {
+      // TP by KV head (models.md §3.12): q (with its gate) and o by q head; the indexer replicated.
       const std::string a = p + "self_attn.";
-      d.push_back({a + "q_proj.weight", {c_.H * c_.hd * 2, c_.D}, opt});
-      d.push_back({a + "k_proj.weight", {c_.Hkv * c_.hd, c_.D}, opt});
-      d.push_back({a + "v_proj.weight", {c_.Hkv * c_.hd, c_.D}, opt});
-      d.push_back({a + "o_proj.weight", {c_.D, c_.H * c_.hd}, opt});
+      const TensorCut kv =
+          tp_.on()
+              ? TensorCut::rows({{uint64_t(kv_.first * c_.hd), uint64_t((kv_.first + kv_.local) * c_.hd)}})
+              : TensorCut{};
+      d.push_back({a + "q_proj.weight", {c_.H * c_.hd * 2, c_.D}, opt, false, tp_.rows(c_.H, c_.hd * 2)});
+      d.push_back({a + "k_proj.weight", {c_.Hkv * c_.hd, c_.D}, opt, false, kv});
+      d.push_back({a + "v_proj.weight", {c_.Hkv * c_.hd, c_.D}, opt, false, kv});
+      d.push_back({a + "o_proj.weight", {c_.D, c_.H * c_.hd}, opt, false, tp_.cols(c_.H, c_.hd)});
       d.push_back({a + "q_norm.weight", {c_.hd}, opt});
       d.push_back({a + "k_norm.weight", {c_.hd}, opt});
       d.push_back({a + "indexer.index_qk_proj.weight", {(c_.Hi + 1) * c_.dI, c_.D}, opt});
       d.push_back({a + "indexer.q_layernorm.weight", {c_.dI}, opt});
       d.push_back({a + "indexer.k_layernorm.weight", {c_.dI}, opt});
     } else {
+      // TP by key-head group (models.md §3.12): the flat qkv rows and conv channels are three blocks (the
+      // rank's q, k and v), z / b / a / A_log / dt_bias by value head, out_proj by value channel.
       const std::string a = p + "linear_attn.";
-      const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
-      d.push_back({a + "in_proj_qkv.weight", {conv_dim, c_.D}, opt});
-      d.push_back({a + "in_proj_z.weight", {c_.Hv * c_.dv, c_.D}, opt});
-      d.push_back({a + "in_proj_b.weight", {c_.Hv, c_.D}, opt});
-      d.push_back({a + "in_proj_a.weight", {c_.Hv, c_.D}, opt});
-      d.push_back({a + "conv1d.weight", {conv_dim, 1, c_.conv_k}, opt});
-      d.push_back({a + "A_log", {c_.Hv}, opt});
-      d.push_back({a + "dt_bias", {c_.Hv}, opt});
+      const int64_t kd = c_.Hk * c_.dk, vd = c_.Hv * c_.dv, full_kd = full_.Hk * full_.dk;
+      const int64_t conv_dim = 2 * kd + vd;
+      const TensorCut qkv = tp_.rows_of({{0, kd}, {full_kd, kd}, {2 * full_kd, vd}});
+      d.push_back({a + "in_proj_qkv.weight", {conv_dim, c_.D}, opt, false, qkv});
+      d.push_back({a + "in_proj_z.weight", {vd, c_.D}, opt, false, tp_.rows(vd)});
+      d.push_back({a + "in_proj_b.weight", {c_.Hv, c_.D}, opt, false, tp_.rows(c_.Hv)});
+      d.push_back({a + "in_proj_a.weight", {c_.Hv, c_.D}, opt, false, tp_.rows(c_.Hv)});
+      d.push_back({a + "conv1d.weight", {conv_dim, 1, c_.conv_k}, opt, false, qkv});
+      d.push_back({a + "A_log", {c_.Hv}, opt, false, tp_.rows(c_.Hv)});
+      d.push_back({a + "dt_bias", {c_.Hv}, opt, false, tp_.rows(c_.Hv)});
       d.push_back({a + "norm.weight", {c_.dv}, opt});
-      d.push_back({a + "out_proj.weight", {c_.D, c_.Hv * c_.dv}, opt});
+      d.push_back({a + "out_proj.weight", {c_.D, vd}, opt, false, tp_.cols(vd)});
     }
-    declare_qwen_moe(d, p + "mlp.", c_, opt);
+    declare_qwen_moe(d, p + "mlp.", c_, opt, tp_);
   }
 
   HyperConn bind_hc(const WeightSet& w, const std::string& p, bool inject) const {
@@ -739,8 +757,25 @@ class Qwen4Exp final : public BatchedModel {
     return y;
   }
 
+  // The rank's share of every split size (models.md §3.12), refused by name where the world size does not
+  // divide. Hyper-connections, PLE and the indexer stay replicated.
+  void shard_config() {
+    kv_ = tp_kv_heads(tp_, c_.H, c_.Hkv);
+    c_.H = tp_.split(c_.H, "attention heads");
+    c_.Hkv = kv_.local;
+    c_.Hk = tp_.split(c_.Hk, "GDN key heads");
+    c_.Hv = tp_.split(c_.Hv, "GDN value heads");
+    c_.I = tp_.split(c_.I, "expert intermediate channels");
+    c_.Is = tp_.split(c_.Is, "shared expert intermediate channels");
+    if (!c_.tie) tp_.split(c_.V, "vocabulary rows");
+  }
+  int64_t vocab_local() const { return tp_.on() && !c_.tie ? c_.V / tp_.size : c_.V; }
+
   ModelConfig mc_;
   Qwen4Config c_;
+  Qwen4Config full_;  // the unsharded sizes (where a rank's blocks start)
+  TpShard tp_;
+  TpKvHeads kv_{};
   ModelInfo info_;
   const Weight *embed_ = nullptr, *lm_head_ = nullptr;
   HyperConn mixer_;

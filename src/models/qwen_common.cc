@@ -54,20 +54,21 @@ QwenConfig read_qwen_config(const nlohmann::json& c, double partial_rotary_defau
   return k;
 }
 
-void declare_qwen_moe(std::vector<TensorDecl>& d, const std::string& p, const QwenConfig& c, bool optional) {
-  auto add = [&](const std::string& n, std::vector<int64_t> s) {
-    d.push_back({p + n, std::move(s), optional});
+void declare_qwen_moe(std::vector<TensorDecl>& d, const std::string& p, const QwenConfig& c, bool optional,
+                      const TpShard& tp) {
+  auto add = [&](const std::string& n, std::vector<int64_t> s, TensorCut cut = {}) {
+    d.push_back({p + n, std::move(s), optional, false, std::move(cut)});
   };
   add("gate.weight", {c.E, c.D});
   for (int64_t e = 0; e < c.E; ++e) {
     const std::string ep = "experts." + std::to_string(e) + ".";
-    add(ep + "gate_proj.weight", {c.I, c.D});
-    add(ep + "up_proj.weight", {c.I, c.D});
-    add(ep + "down_proj.weight", {c.D, c.I});
+    add(ep + "gate_proj.weight", {c.I, c.D}, tp.rows(c.I));
+    add(ep + "up_proj.weight", {c.I, c.D}, tp.rows(c.I));
+    add(ep + "down_proj.weight", {c.D, c.I}, tp.cols(c.I));
   }
-  add("shared_expert.gate_proj.weight", {c.Is, c.D});
-  add("shared_expert.up_proj.weight", {c.Is, c.D});
-  add("shared_expert.down_proj.weight", {c.D, c.Is});
+  add("shared_expert.gate_proj.weight", {c.Is, c.D}, tp.rows(c.Is));
+  add("shared_expert.up_proj.weight", {c.Is, c.D}, tp.rows(c.Is));
+  add("shared_expert.down_proj.weight", {c.D, c.Is}, tp.cols(c.Is));
   add("shared_expert_gate.weight", {1, c.D});
 }
 

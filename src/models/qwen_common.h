@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "models/model.h"
+#include "models/tp_shard.h"
 
 namespace bloomery {
 
@@ -38,8 +39,11 @@ struct QwenMoe {
   std::vector<ExpertWeights> experts;
 };
 
-// Declares / binds the block's tensors under `p` (e.g. "model.layers.3.mlp.").
-void declare_qwen_moe(std::vector<TensorDecl>& d, const std::string& p, const QwenConfig& c, bool optional);
+// Declares / binds the block's tensors under `p` (e.g. "model.layers.3.mlp."). `c` holds the rank's sizes;
+// under TP the experts and the shared expert are split on their intermediate dimension (router and shared
+// gate replicated).
+void declare_qwen_moe(std::vector<TensorDecl>& d, const std::string& p, const QwenConfig& c, bool optional,
+                      const TpShard& tp);
 QwenMoe bind_qwen_moe(const WeightSet& w, const std::string& p, const QwenConfig& c);
 
 // y[T, D] = Σ_topk p_e · Expert_e(x) + σ(w_sg · x) · SharedExpert(x). Token-wise: any number of rows (the

@@ -1,0 +1,38 @@
+// Rank 0 leads, the other ranks follow (design next-capabilities §2.3): before each Engine call rank 0
+// broadcasts its step plan (what to run, on which sequences, with which token ids); every other rank runs the
+// same call on its own shard of the model and state. Nothing comes back but through the model's collectives,
+// so rank 0's results are the group's. Used by LocalTpRanks (threads) and by `bloomery run --nodes`
+// (processes over SocketComm) alike.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "runtime/engine.h"
+
+namespace bloomery {
+
+class TpLeader {
+ public:
+  TpLeader(Communicator& comm, Engine& engine) : c_(comm), e_(engine) {}
+  SeqId add_sequence(int64_t capacity);
+  void remove_sequence(SeqId id);
+  std::vector<float> prefill(SeqId seq, std::span<const int32_t> ids, bool all_logits = false);
+  std::vector<std::vector<float>> decode(std::span<const SeqId> seqs, std::span<const int32_t> ids);
+  // Tells the followers to return from tp_follow.
+  void stop();
+
+ private:
+  void send(int64_t kind, int64_t arg, std::span<const SeqId> seqs, std::span<const int32_t> ids);
+  Communicator& c_;
+  Engine& e_;
+};
+
+// A follower's loop: runs every plan rank 0 sends until it says stop. A step refused before its first
+// collective (E_CONTEXT_FULL, E_TOKEN_RANGE) is refused on rank 0 the same way and both carry on; an error
+// after a collective, or a collective failure, is thrown (the caller aborts the group).
+void tp_follow(Communicator& comm, Engine& engine);
+
+}  // namespace bloomery
