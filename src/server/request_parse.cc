@@ -1,23 +1,154 @@
 #include "server/request_parse.h"
 
+#include <unordered_map>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/generation.h"
 
 namespace bloomery::server {
 
 using ojson = nlohmann::ordered_json;
 
-ojson parse_body(const std::string& body) {
-  ojson j;
-  try {
-    j = ojson::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    bad_request(std::string("Invalid JSON in the request body: ") + e.what());
+namespace {
+
+// Builds the body's JSON in one pass, linear in its size: nlohmann's own DOM parser inserts each object key
+// through ordered_map's linear search, so an object of n keys cost n² (200k keys took 41 s). Here every open
+// object keeps a hash index of its keys, and values are appended straight to its storage. It also bounds the
+// nesting depth, and names the field whose number overflows a double. Duplicate keys: the last value wins, at
+// the first one's position (what ordered_json's parser does).
+class BodyBuilder {
+ public:
+  using number_integer_t = ojson::number_integer_t;
+  using number_unsigned_t = ojson::number_unsigned_t;
+  using number_float_t = ojson::number_float_t;
+  using string_t = ojson::string_t;
+  using binary_t = ojson::binary_t;
+
+  BodyBuilder(ojson& root, size_t max_depth) : root_(root), max_depth_(max_depth) {}
+  const std::string& error() const { return error_; }
+
+  bool null() { return put(nullptr) != nullptr; }
+  bool boolean(bool v) { return put(v) != nullptr; }
+  bool number_integer(number_integer_t v) { return put(v) != nullptr; }
+  bool number_unsigned(number_unsigned_t v) { return put(v) != nullptr; }
+  bool number_float(number_float_t v, const string_t&) { return put(v) != nullptr; }
+  bool string(string_t& v) { return put(std::move(v)) != nullptr; }
+  bool binary(binary_t&) { return fail("Invalid JSON in the request body: binary values are not JSON"); }
+  bool start_object(size_t) { return open(ojson::object()); }
+  bool key(string_t& k) {
+    stack_.back().key = std::move(k);
+    return true;
   }
+  bool end_object() {
+    stack_.pop_back();
+    return true;
+  }
+  bool start_array(size_t) { return open(ojson::array()); }
+  bool end_array() {
+    stack_.pop_back();
+    return true;
+  }
+  bool parse_error(size_t position, const std::string& last_token, const nlohmann::detail::exception& ex) {
+    std::string token = valid_utf8(last_token.size() > 40 ? last_token.substr(0, 40) + "..." : last_token);
+    // 406: a number outside a double's range (1e999); the parser's own words are not passed on.
+    if (ex.id == 406)
+      return fail(fmt::format("'{}': expected a number a double can hold, found {}", path(), token));
+    return fail(fmt::format("Invalid JSON in the request body: syntax error at byte {} near '{}'", position, token));
+  }
+
+ private:
+  struct Frame {
+    ojson* value;
+    std::unordered_map<std::string, size_t> index;  // objects: key → position
+    std::string key;                                // objects: the key of the value coming next
+  };
+
+  bool fail(std::string message) {
+    if (error_.empty()) error_ = std::move(message);
+    return false;
+  }
+
+  bool open(ojson empty) {
+    if (stack_.size() >= max_depth_)
+      return fail(fmt::format("'{}': the request body nests deeper than {} levels", path(), max_depth_));
+    ojson* v = put(std::move(empty));
+    stack_.push_back(Frame{v, {}, {}});
+    return true;
+  }
+
+  ojson* put(ojson v) {
+    if (stack_.empty()) {
+      root_ = std::move(v);
+      return &root_;
+    }
+    Frame& top = stack_.back();
+    if (top.value->is_array()) {
+      auto& arr = top.value->get_ref<ojson::array_t&>();
+      arr.push_back(std::move(v));
+      return &arr.back();
+    }
+    // ordered_map is a vector of (key, value): appended to as a vector, its own emplace being the slow part.
+    auto& items = static_cast<ojson::object_t::Container&>(top.value->get_ref<ojson::object_t&>());
+    auto [it, fresh] = top.index.try_emplace(top.key, items.size());
+    if (!fresh) {
+      items[it->second].second = std::move(v);
+      return &items[it->second].second;
+    }
+    items.emplace_back(std::move(top.key), std::move(v));
+    return &items.back().second;
+  }
+
+  // Where the parser is: "messages[2].content".
+  std::string path() const {
+    std::string p;
+    for (const Frame& f : stack_) {
+      if (f.value->is_array())
+        p += fmt::format("[{}]", f.value->size());
+      else
+        p += (p.empty() ? "" : ".") + f.key;
+    }
+    return p.empty() ? "(body)" : p;
+  }
+
+  ojson& root_;
+  size_t max_depth_;
+  std::vector<Frame> stack_;
+  std::string error_;
+};
+
+}  // namespace
+
+ojson parse_json_body(const std::string& body, size_t max_depth) {
+  ojson j;
+  BodyBuilder builder(j, max_depth);
+  if (!ojson::sax_parse(body, &builder)) {
+    if (builder.error().empty()) bad_request("Invalid JSON in the request body");
+    bad_request(builder.error());
+  }
+  return j;
+}
+
+ojson parse_body(const std::string& body) {
+  ojson j = parse_json_body(body, kMaxBodyDepth);
   if (!j.is_object()) bad_request("The request body must be a JSON object");
   return j;
+}
+
+bool field_bool(const ojson& b, const char* k, bool dflt) {
+  auto it = b.find(k);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) bad_field(k, "true or false", *it);
+  return it->get<bool>();
+}
+
+std::string field_string(const ojson& b, const char* k, const std::string& dflt) {
+  auto it = b.find(k);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_string()) bad_field(k, "a string", *it);
+  return it->get<std::string>();
 }
 
 namespace {
@@ -26,6 +157,10 @@ const ojson* get(const ojson& b, const char* k) {
   auto it = b.find(k);
   if (it == b.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+bool boolean(const ojson& b, const char* k, bool dflt) {
+  return field_bool(b, k, dflt);
 }
 
 double num(const ojson& b, const char* k, double dflt, double lo, double hi) {
@@ -41,17 +176,13 @@ int64_t integer(const ojson& b, const char* k, int64_t dflt, int64_t lo, int64_t
   const ojson* v = get(b, k);
   if (!v) return dflt;
   if (!v->is_number_integer()) bad_field(k, "an integer", *v);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad_field(k, fmt::format("an integer in [{}, {}]", lo, hi), *v);
   int64_t x = v->get<int64_t>();
   if (x < lo || x > hi) bad_field(k, fmt::format("an integer in [{}, {}]", lo, hi), *v);
   return x;
 }
 
-bool boolean(const ojson& b, const char* k, bool dflt) {
-  const ojson* v = get(b, k);
-  if (!v) return dflt;
-  if (!v->is_boolean()) bad_field(k, "true or false", *v);
-  return v->get<bool>();
-}
 
 // A sampler bloomery has not built: accepted only at its neutral value.
 void neutral(const ojson& b, const char* k, double neutral_value) {
@@ -215,7 +346,16 @@ ojson chat_context(const ojson& body, const Tokenizer& tok) {
   }
   if (const ojson* kw = get(body, "chat_template_kwargs")) {
     if (!kw->is_object()) bad_field("chat_template_kwargs", "an object", *kw);
-    for (auto it = kw->begin(); it != kw->end(); ++it) ctx[it.key()] = it.value();
+    // A kwarg may not replace what the request itself fills in (the messages, the tools, the special
+    // tokens): that is a conflict, not an override.
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      if (ctx.contains(it.key()))
+        bad_field("chat_template_kwargs." + it.key(),
+                  "a name the request does not set itself (use the request's own field)", it.value());
+    // Keys are distinct (the body parser merged duplicates) and none is in ctx: appended in order, in linear
+    // time (ordered_json's operator[] searches linearly).
+    auto& items = static_cast<ojson::object_t::Container&>(ctx.get_ref<ojson::object_t&>());
+    for (auto it = kw->begin(); it != kw->end(); ++it) items.emplace_back(it.key(), it.value());
   }
   return ctx;
 }

@@ -13,8 +13,20 @@ namespace bloomery::server {
 
 enum class Api { Chat, Completions, LlamaCompletion };
 
-// A request body: 400 with the parser's message when it is not a JSON object.
+// Deepest nesting a request body may have (a 400 past it): deep enough for JSON schemas in tools.
+inline constexpr size_t kMaxBodyDepth = 128;
+
+// JSON text to a value in time linear in its size (objects of any key count), nesting at most `max_depth`
+// levels. Errors are 400s in bloomery's words: a syntax error names the byte, a number beyond a double's range
+// names its field ("'temperature': expected a number a double can hold, found 1e999").
+nlohmann::ordered_json parse_json_body(const std::string& body, size_t max_depth);
+
+// A request body: parse_json_body, and a 400 when it is not a JSON object.
 nlohmann::ordered_json parse_body(const std::string& body);
+
+// An optional field (absent or null = `dflt`); any other type is a 400 naming the field.
+bool field_bool(const nlohmann::ordered_json& body, const char* key, bool dflt);
+std::string field_string(const nlohmann::ordered_json& body, const char* key, const std::string& dflt);
 
 // Sampling and generation fields shared by all three completion routes (defaults from the flags).
 void parse_generation_fields(const nlohmann::ordered_json& body, const ServerOptions& o, Api api,
