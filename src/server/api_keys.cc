@@ -16,8 +16,8 @@ std::string_view trim(std::string_view s) {
   return s;
 }
 
-// The line without its comment: '#' opens one at the start or after whitespace ("K1 # laptop"); a '#' inside a
-// key ("ab#cd") stays, since generated keys may hold one.
+// The line without its comment: '#' opens one at the start or after whitespace ("K1 # laptop"); a '#' inside
+// a key ("ab#cd") stays, since generated keys may hold one.
 std::string_view strip_comment(std::string_view line) {
   for (size_t i = 0; i < line.size(); ++i)
     if (line[i] == '#' && (i == 0 || std::isspace(static_cast<unsigned char>(line[i - 1]))))

@@ -117,7 +117,8 @@ HttpServer::~HttpServer() {
 
 void HttpServer::start() {
   if (!http_->bind_to_port(opts_.host, opts_.port))
-    raise("E_LISTEN", Where{"", "", "--host/--port"}, fmt::format("to listen on {}:{}", opts_.host, opts_.port),
+    raise("E_LISTEN", Where{"", "", "--host/--port"},
+          fmt::format("to listen on {}:{}", opts_.host, opts_.port),
           bind_failure_reason(opts_.host, opts_.port),
           "another server (a second bloomery-serve?) may hold the port; pick another with --port");
   bound_port_ = opts_.port;
@@ -175,8 +176,8 @@ void HttpServer::routes() {
         counters_.request_error(a.type);
         send_json(res, 400, error_body(a));
       } catch (const nlohmann::json::exception&) {
-        // A field read with the wrong type that request_parse did not check first: still the client's mistake,
-        // and the library's text names no field, so it is not passed on.
+        // A field read with the wrong type that request_parse did not check first: still the client's
+        // mistake, and the library's text names no field, so it is not passed on.
         ApiError a(400, "invalid_request_error", "a request field has the wrong type");
         counters_.request_error(a.type);
         send_json(res, 400, error_body(a));
@@ -194,6 +195,7 @@ void HttpServer::routes() {
       res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       res.set_header("Access-Control-Allow-Headers", "*");
       res.status = 200;
+      GuardedServer::close_after_response();  // a body (if any) stays unread
       return httplib::Server::HandlerResponse::Handled;
     }
     // The head is in; the body, if any, is read next, against the body deadline.
@@ -206,10 +208,11 @@ void HttpServer::routes() {
     };
     const int64_t limit = opts_.http_max_body_mib << 20;
     if (const int64_t n = content_length(req); n > limit)
-      return refuse(ApiError(413, "invalid_request_error",
-                             fmt::format("the request body is {} bytes; the limit is {} bytes (--http-max-body {})",
-                                         n == INT64_MAX ? std::string("unreadable") : std::to_string(n), limit,
-                                         opts_.http_max_body_mib)));
+      return refuse(
+          ApiError(413, "invalid_request_error",
+                   fmt::format("the request body is {} bytes; the limit is {} bytes (--http-max-body {})",
+                               n == INT64_MAX ? std::string("unreadable") : std::to_string(n), limit,
+                               opts_.http_max_body_mib)));
     if (draining_.load() && !public_path(req.path))
       return refuse(ApiError(503, "unavailable_error", "the server is shutting down"));
     if (opts_.api_keys.empty() || public_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
@@ -218,22 +221,22 @@ void HttpServer::routes() {
     if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
     if (key.empty()) key = req.get_header_value("x-api-key");
     if (api_key_accepted(opts_.api_keys, key)) return httplib::Server::HandlerResponse::Unhandled;
-    counters_.request_error("authentication_error");
-    send_json(res, 401, error_body(unauthorized()));
-    return httplib::Server::HandlerResponse::Handled;
+    return refuse(unauthorized());
   });
 
-  // Unknown routes (and wrong methods) get an OpenAI-format 404 instead of httplib's empty page; the library's
-  // own refusals (a chunked body past the limit, a malformed request) get an OpenAI body too.
+  // Unknown routes (and wrong methods) get an OpenAI-format 404 instead of httplib's empty page; the
+  // library's own refusals (a chunked body past the limit, a malformed request) get an OpenAI body too.
   s.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
     if (!res.body.empty()) return;
-    ApiError e = res.status == 404   ? not_found("File Not Found")
-                 : res.status == 413 ? ApiError(413, "invalid_request_error",
-                                                fmt::format("the request body is larger than the limit of {} "
-                                                            "bytes (--http-max-body {})",
-                                                            opts_.http_max_body_mib << 20, opts_.http_max_body_mib))
-                 : res.status >= 500 ? ApiError(res.status, "server_error", "the request could not be served")
-                                     : ApiError(res.status, "invalid_request_error", "malformed HTTP request");
+    ApiError e =
+        res.status == 404   ? not_found("File Not Found")
+        : res.status == 413 ? ApiError(413, "invalid_request_error",
+                                       fmt::format("the request body is too large: JSON bodies may "
+                                                   "take {} bytes (--http-max-body {}), form-encoded "
+                                                   "ones 8 KiB (send Content-Type: application/json)",
+                                                   opts_.http_max_body_mib << 20, opts_.http_max_body_mib))
+        : res.status >= 500 ? ApiError(res.status, "server_error", "the request could not be served")
+                            : ApiError(res.status, "invalid_request_error", "malformed HTTP request");
     counters_.request_error(e.type);
     send_json(res, res.status, error_body(e));
   });

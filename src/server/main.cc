@@ -73,6 +73,14 @@ int main(int argc, char** argv) {
   try {
     host = EngineHost::prepare(opts);
     plan = plan_serving(opts, host->summary(), static_cast<int>(std::thread::hardware_concurrency()));
+    // A slot must hold a short chat (template, prompt and a reply): below that every request would fail.
+    constexpr int64_t kMinSlotContext = 64;
+    if (plan.n_ctx_slot < kMinSlotContext)
+      raise("E_FLAG_VALUE", Where{"", "", "-c/--ctx-size"},
+            fmt::format("at least {} tokens ({} per slot x {} slots)", kMinSlotContext * plan.n_slots,
+                        kMinSlotContext, plan.n_slots),
+            fmt::format("{} ({} per slot)", opts.ctx_size, plan.n_ctx_slot),
+            "raise -c or lower -np/--parallel");
     // The memory plan for the slots chosen, refused (E_MEMORY_PLAN) before anything is allocated.
     memory = host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size);
     fmt::print("{}", start_screen(opts, *host, plan, memory));
@@ -121,9 +129,10 @@ int main(int argc, char** argv) {
   // Drain: new requests get 503, requests in progress (streams included) may finish for --shutdown-timeout.
   http.begin_drain();
   int busy = http.requests_in_flight();
-  fmt::print("bloomery-serve: stopping: {} request{} in progress, waiting up to {} s (a second signal exits "
-             "at once)\n",
-             busy, busy == 1 ? "" : "s", opts.shutdown_timeout);
+  fmt::print(
+      "bloomery-serve: stopping: {} request{} in progress, waiting up to {} s (a second signal exits "
+      "at once)\n",
+      busy, busy == 1 ? "" : "s", opts.shutdown_timeout);
   std::fflush(stdout);
   const auto drain_end = std::chrono::steady_clock::now() + std::chrono::seconds(opts.shutdown_timeout);
   while ((busy = http.requests_in_flight()) > 0 && std::chrono::steady_clock::now() < drain_end)

@@ -56,7 +56,8 @@ class BodyBuilder {
     // 406: a number outside a double's range (1e999); the parser's own words are not passed on.
     if (ex.id == 406)
       return fail(fmt::format("'{}': expected a number a double can hold, found {}", path(), token));
-    return fail(fmt::format("Invalid JSON in the request body: syntax error at byte {} near '{}'", position, token));
+    return fail(
+        fmt::format("Invalid JSON in the request body: syntax error at byte {} near '{}'", position, token));
   }
 
  private:
@@ -182,7 +183,6 @@ int64_t integer(const ojson& b, const char* k, int64_t dflt, int64_t lo, int64_t
   if (x < lo || x > hi) bad_field(k, fmt::format("an integer in [{}, {}]", lo, hi), *v);
   return x;
 }
-
 
 // A sampler bloomery has not built: accepted only at its neutral value.
 void neutral(const ojson& b, const char* k, double neutral_value) {
@@ -366,7 +366,10 @@ std::string render_chat(const ojson& body, const ChatTemplate& tpl, const Tokeni
     return tpl.render(ctx);
   } catch (const Error& e) {
     if (e.id() == "E_TPL_RAISE") bad_request("the chat template refused the messages: " + e.info().note);
-    throw ApiError(500, "server_error", std::string("chat template failed: ") + e.what());
+    // The template parsed at start (engine_host); what fails now fails on this request's messages,
+    // tools or kwargs (a value the template engine cannot hold, a type the template does not expect): the
+    // client's to change, not a server fault.
+    bad_request(std::string("the chat template cannot render this request: ") + e.what());
   }
 }
 
