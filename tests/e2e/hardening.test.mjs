@@ -248,9 +248,13 @@ test('past --http-max-connections a new connection gets 503 at once', async () =
   const socks = [];
   try {
     for (let i = 0; i < 20; i++) {
-      const s = net.connect(server.port, '127.0.0.1');
-      s.on('error', () => {});
-      socks.push(s);
+      await new Promise((resolve, reject) => {
+        const s = net.connect(server.port, '127.0.0.1', resolve);
+        s.on('error', reject);
+        s.on('data', () => {});
+        s.on('close', () => { s.closedAt = Date.now(); });
+        socks.push(s);
+      });
     }
     // Once the server has accepted all 20 (a loaded machine may take a moment), the next one is refused.
     let got = '', took = 0;
@@ -262,7 +266,7 @@ test('past --http-max-connections a new connection gets 503 at once', async () =
       if (/^HTTP\/1\.1 503/.test(got)) break;
       await sleep(100);
     }
-    assert.match(got, /^HTTP\/1\.1 503/);
+    assert.match(got, /^HTTP\/1\.1 503/, `${socks.filter((s) => s.closedAt).length} of the 20 held connections were closed`);
     assert.match(got, /"type":"unavailable_error"/);
     assert.ok(took < 1000, `503 took ${took} ms`);
     for (const s of socks) s.destroy();
