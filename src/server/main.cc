@@ -1,10 +1,12 @@
 // bloomery-serve: flags and environment first (help and every flag error before any file is read), then the
 // checkpoint checked and described, HTTP started (503 "Loading model"), weights loaded, /health 200.
+#include <malloc.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
@@ -66,6 +68,10 @@ int main(int argc, char** argv) {
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
   raise_fd_limit();
+  // Each connection has its own thread, and glibc gives threads up to 8 malloc arenas per core, which grow
+  // and seldom shrink: the soak saw +11 % RSS over 2,000 requests with them, -10 % with two (the same
+  // requests). MALLOC_ARENA_MAX in the environment still wins.
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
 
   std::unique_ptr<EngineHost> host;
   ServePlan plan;
