@@ -47,6 +47,16 @@ test('a second server on the same port exits non-zero with E_LISTEN', async () =
   }
 });
 
+test('-c below a usable per-slot context is refused at start, naming the minimum', () => {
+  const r = spawnSync(SERVE, ['-m', MODEL, '--host', '127.0.0.1', '--port', '1', '-np', '2', '-c', '10', '-t', '1'],
+    { encoding: 'utf8', timeout: 30000 });
+  assert.notEqual(r.status, 0);
+  assert.match(r.stderr, /E_FLAG_VALUE/);
+  assert.match(r.stderr, /-c\/--ctx-size/);
+  assert.match(r.stderr, /at least 128 tokens/);
+  assert.ok(!/^http\s/m.test(r.stdout), 'it listened');
+});
+
 test('a body over --http-max-body is 413 before it is sent; RSS stays bounded', async () => {
   const server = await startServer({ args: ['--http-max-body', '1'] });
   try {
