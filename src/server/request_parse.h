@@ -6,20 +6,13 @@
 
 #include "server/flags.h"
 #include "server/generation.h"
+#include "server/json_body.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
 namespace bloomery::server {
 
 enum class Api { Chat, Completions, LlamaCompletion };
-
-// Deepest nesting a request body may have (a 400 past it): deep enough for JSON schemas in tools.
-inline constexpr size_t kMaxBodyDepth = 128;
-
-// JSON text to a value in time linear in its size (objects of any key count), nesting at most `max_depth`
-// levels. Errors are 400s in bloomery's words: a syntax error names the byte, a number beyond a double's
-// range names its field ("'temperature': expected a number a double can hold, found 1e999").
-nlohmann::ordered_json parse_json_body(const std::string& body, size_t max_depth);
 
 // A request body: parse_json_body, and a 400 when it is not a JSON object.
 nlohmann::ordered_json parse_body(const std::string& body);
