@@ -142,6 +142,22 @@ struct Connection {
 };
 thread_local Connection* t_connection = nullptr;
 
+// After an answer sent without reading the request's body (413, 401, 503): stop writing, then read and drop
+// what the client is still sending for a moment, so it reads the answer instead of a connection reset.
+void linger_close(int sock, int ms, size_t max_bytes) {
+  ::shutdown(sock, SHUT_WR);
+  char sink[16384];
+  auto end = Clock::now() + std::chrono::milliseconds(ms);
+  size_t drained = 0;
+  while (drained < max_bytes) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - Clock::now()).count();
+    if (left <= 0 || poll_for(sock, POLLIN, static_cast<int>(left)) <= 0) break;
+    ssize_t n = ::recv(sock, sink, sizeof(sink), MSG_DONTWAIT);
+    if (n <= 0) break;
+    drained += static_cast<size_t>(n);
+  }
+}
+
 // Past the cap: a complete 503 in the OpenAI error format, then close. What the client sent is read (a
 // little, briefly) first, so closing does not reset the connection before the answer is read.
 void refuse_busy(int sock) {
@@ -232,6 +248,7 @@ bool GuardedServer::process_and_close_socket(socket_t sock) {
       if (!ok || closed || last || conn.close_after) break;
     }
     t_connection = nullptr;
+    if (conn.close_after) linger_close(sock, 1000, size_t{256} << 20);
   }
   ::shutdown(sock, SHUT_RDWR);
   ::close(sock);

@@ -291,13 +291,13 @@ test('SIGTERM drains a stream in progress; a second signal exits at once', async
   const server = await startServer({ args: ['-np', '2', '-c', '4096'] });
   const client = server.client({ timeout: 60000 });
   const stream = await client.chat.completions.create({
-    model: 'm', messages: [{ role: 'user', content: 'go' }], max_tokens: 200, ignore_eos: true, stream: true,
+    model: 'm', messages: [{ role: 'user', content: 'go' }], max_tokens: 1500, ignore_eos: true, stream: true,
   });
   let n = 0;
   const it = stream[Symbol.asyncIterator]();
   await it.next();
   server.proc.kill('SIGTERM');
-  await sleep(200);
+  await waitFor(async () => (await getJson(`${server.url}/health`)).status === 503, 2000, '/health 503 "Shutting down"');
   // New work is refused while the stream goes on.
   assertError(await postJson(`${server.url}/v1/completions`, { prompt: 'x', max_tokens: 1 }), 503, 'unavailable_error');
   let finish = null;
