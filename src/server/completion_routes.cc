@@ -398,7 +398,7 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
     }
     std::string text = render_chat(body, h.chat_template(), h.tokenizer());
     spec.prompt = h.tokenizer().encode(text, true, false);
-    std::string fmt = body.value("reasoning_format", opts_.reasoning_format);
+    std::string fmt = field_string(body, "reasoning_format", opts_.reasoning_format);
     if (fmt != "none" && fmt != "auto" && fmt != "deepseek" && fmt != "deepseek-legacy")
       bad_field("reasoning_format", "none, auto, deepseek or deepseek-legacy", body["reasoning_format"]);
     spec.split_reasoning = h.think_tags() && fmt != "none" && !opts_.skip_chat_parsing;
@@ -465,7 +465,7 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
       sh.include_usage = so["include_usage"];
     }
   }
-  sh.return_tokens = body.value("return_tokens", false);
+  sh.return_tokens = field_bool(body, "return_tokens", false);
   sh.id_slot = spec.id_slot;
   sh.settings = {{"n_predict", spec.n_predict},
                  {"temperature", spec.sampling.temperature},

@@ -13,6 +13,7 @@
 #include "models/model_loader.h"
 #include "models/model_registry.h"
 #include "models/roles.h"
+#include "server/checkpoint_checks.h"
 #include "server/sampling.h"
 
 namespace bloomery::server {
@@ -38,19 +39,17 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   } else {
     mem = cpu::CpuBackend(1).memory_info();
   }
-  h->lm_ = prepare_model(h->folder_, pick.name, mem);
+  // Every check serve runs before loading, the same function `bloomery inspect` runs.
+  CheckedCheckpoint checked = check_checkpoint(h->folder_, pick.name, mem, o.chat_template_file);
+  h->lm_ = std::move(checked.lm);
+  h->tokenizer_ = std::move(checked.tokenizer);
+  h->template_ = std::move(checked.chat_template);
   const LoadedModel& lm = *h->lm_;
   const Model& model = *lm.model;
-
   const std::filesystem::path cfg_dir = lm.source->config_dir();
-  h->tokenizer_.emplace(Tokenizer::from_folder(cfg_dir));
+  // --chat-template names a built-in template that replaces the checkpoint's (checked above).
   if (!o.chat_template.empty())
     h->template_.emplace(ChatTemplate::from_source(builtin_chat_template(o.chat_template), "--chat-template"));
-  else if (!o.chat_template_file.empty())
-    h->template_.emplace(
-        ChatTemplate::from_source(read_text_file(o.chat_template_file), o.chat_template_file));
-  else
-    h->template_.emplace(ChatTemplate::from_folder(cfg_dir));
   const std::string& src = h->template_->source();
   h->think_tags_ = src.find("<think>") != std::string::npos && src.find("</think>") != std::string::npos;
   std::filesystem::path gen = cfg_dir / "generation_config.json";

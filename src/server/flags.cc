@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "server/api_keys.h"
 #include "server/suggest.h"
 
 namespace bloomery::server {
@@ -49,33 +50,6 @@ std::optional<bool> to_bool(std::string v) {
   if (v == "true" || v == "1" || v == "on" || v == "enabled") return true;
   if (v == "false" || v == "0" || v == "off" || v == "disabled") return false;
   return std::nullopt;
-}
-
-std::vector<std::string> split_keys(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    size_t comma = s.find(',', start);
-    if (comma == std::string::npos) comma = s.size();
-    std::string k = s.substr(start, comma - start);
-    if (!k.empty()) out.push_back(k);
-    start = comma + 1;
-  }
-  return out;
-}
-
-void read_key_file(ServerOptions& o, const std::string& flag, const std::string& path) {
-  std::ifstream in(path);
-  if (!in) bad_value(flag, "a readable file with one API key per line", path);
-  std::string line;
-  while (std::getline(in, line)) {
-    while (!line.empty() && std::isspace(static_cast<unsigned char>(line.back()))) line.pop_back();
-    size_t b = 0;
-    while (b < line.size() && std::isspace(static_cast<unsigned char>(line[b]))) ++b;
-    line = line.substr(b);
-    if (line.empty() || line[0] == '#') continue;
-    o.api_keys.push_back(line);
-  }
 }
 
 enum class Kind {
@@ -785,7 +759,7 @@ const std::vector<Flag>& flag_table() {
        "none",
        "require 'Authorization: Bearer KEY' on every route but /health",
        [](O& o, auto& f, auto& v) {
-         auto keys = split_keys(v);
+         auto keys = split_api_keys(v);
          if (keys.empty()) bad_value(f, "one or more comma-separated keys", v);
          o.api_keys.insert(o.api_keys.end(), keys.begin(), keys.end());
        }},
@@ -798,7 +772,8 @@ const std::vector<Flag>& flag_table() {
        "file with one API key per line ('#' comments)",
        [](O& o, auto& f, auto& v) {
          o.api_key_file = v;
-         read_key_file(o, f, v);
+         auto keys = read_api_key_file(f, v);
+         o.api_keys.insert(o.api_keys.end(), keys.begin(), keys.end());
        }},
       {{"-to", "--timeout"},
        {},
@@ -806,8 +781,49 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "SECONDS",
        "3600",
-       "HTTP read/write timeout",
+       "HTTP write timeout: a client that takes nothing for this long is dropped",
        [](O& o, auto& f, auto& v) { o.timeout = static_cast<int>(to_int(f, v, 1, 1 << 30)); }},
+      // The HTTP layer's limits (docs/serving.md "Limits"); bloomery's own flags.
+      {{"--http-max-body"},
+       {},
+       "",
+       Kind::Value,
+       "MiB",
+       "32",
+       "largest request body; a larger one is answered 413 before it is read",
+       [](O& o, auto& f, auto& v) { o.http_max_body_mib = to_int(f, v, 1, 1 << 16); }},
+      {{"--http-max-connections"},
+       {},
+       "",
+       Kind::Value,
+       "N",
+       "4096",
+       "open connections served at once; past it a new one is answered 503 and closed",
+       [](O& o, auto& f, auto& v) { o.http_max_connections = static_cast<int>(to_int(f, v, 1, 1 << 20)); }},
+      {{"--http-header-timeout"},
+       {},
+       "",
+       Kind::Value,
+       "SECONDS",
+       "10",
+       "a request's line and headers must arrive within this (the body gets --http-body-timeout)",
+       [](O& o, auto& f, auto& v) { o.http_header_timeout = static_cast<int>(to_int(f, v, 1, 3600)); }},
+      {{"--http-body-timeout"},
+       {},
+       "",
+       Kind::Value,
+       "SECONDS",
+       "60",
+       "a request's body must arrive within this after its headers",
+       [](O& o, auto& f, auto& v) { o.http_body_timeout = static_cast<int>(to_int(f, v, 1, 3600)); }},
+      {{"--shutdown-timeout"},
+       {},
+       "",
+       Kind::Value,
+       "SECONDS",
+       "30",
+       "on SIGTERM/SIGINT, how long streams in progress may finish (a second signal exits at once)",
+       [](O& o, auto& f, auto& v) { o.shutdown_timeout = static_cast<int>(to_int(f, v, 0, 86400)); }},
       {{"--metrics"},
        {},
        "LLAMA_ARG_ENDPOINT_METRICS",

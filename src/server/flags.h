@@ -37,7 +37,12 @@ struct ServerOptions {
   // Security and HTTP.
   std::vector<std::string> api_keys;  // --api-key (comma-separated) plus --api-key-file lines
   std::string api_key_file;
-  int timeout = 3600;  // -to: read/write timeout in seconds
+  int timeout = 3600;               // -to: read/write timeout in seconds
+  int64_t http_max_body_mib = 32;   // --http-max-body: 413 past it
+  int http_max_connections = 4096;  // --http-max-connections: 503 past it
+  int http_header_timeout = 10;     // --http-header-timeout: request line + headers
+  int http_body_timeout = 60;       // --http-body-timeout: the body, after the headers
+  int shutdown_timeout = 30;        // --shutdown-timeout: drain time on the first SIGTERM
   bool metrics = false;
   bool slots = true;
   bool webui = true;  // accepted; bloomery serves no web UI either way

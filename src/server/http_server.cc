@@ -2,12 +2,23 @@
 // handle_completion (completion_routes.cc).
 #include "server/http_server.h"
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
 #include <chrono>
+#include <cstring>
 
 #include <httplib.h>
 
+#include <fmt/format.h>
+
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/api_keys.h"
+#include "server/connection_layer.h"
 #include "server/request_parse.h"
 #include "server/sse.h"
 
@@ -23,28 +34,80 @@ void send_json(httplib::Response& res, int status, const ojson& j) {
   res.set_content(j.dump(-1, ' ', false, json::error_handler_t::replace), "application/json; charset=utf-8");
 }
 
+// Routes that need no API key: health, and the model list (llama-server keeps /v1/models public too).
 bool public_path(const std::string& p) {
-  return p == "/health" || p == "/v1/health";
+  return p == "/health" || p == "/v1/health" || p == "/v1/models" || p == "/models";
+}
+
+// Why host:port cannot be bound, in the system's words: the bind is tried again on a socket of our own
+// (cpp-httplib reports only that it failed).
+std::string bind_failure_reason(const std::string& host, int port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* res = nullptr;
+  int gai = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (gai != 0) return std::string("cannot resolve the address: ") + ::gai_strerror(gai);
+  std::string reason = "unknown (a second try bound it)";
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    int sock = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (sock < 0) {
+      reason = std::strerror(errno);
+      continue;
+    }
+    int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    int r = ::bind(sock, a->ai_addr, a->ai_addrlen);
+    int err = errno;
+    ::close(sock);
+    if (r != 0) {
+      reason = std::strerror(err);
+      break;
+    }
+  }
+  ::freeaddrinfo(res);
+  return reason;
+}
+
+// The Content-Length header's value (-1 when absent, UINT64_MAX-like when unreadable).
+int64_t content_length(const httplib::Request& req) {
+  if (!req.has_header("Content-Length")) return -1;
+  std::string v = req.get_header_value("Content-Length");
+  int64_t n = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p != v.data() + v.size() || n < 0) return INT64_MAX;
+  return n;
+}
+
+ConnectionLimits limits_from(const ServerOptions& o) {
+  ConnectionLimits l;
+  l.max_connections = o.http_max_connections;
+  l.header_timeout_s = o.http_header_timeout;
+  l.body_timeout_s = o.http_body_timeout;
+  l.max_body_bytes = static_cast<uint64_t>(o.http_max_body_mib) << 20;
+  l.write_timeout_s = o.timeout;
+  // An idle keep-alive connection is closed after 5 s (cpp-httplib's and llama-server's default). At 1 s a
+  // client that reuses a pooled connection (undici keeps one for timeout minus its own 1–2 s margin) could
+  // send its next request into a socket the server was closing: "other side closed" under load (the soak
+  // test saw it on CI's 2 cores). An idle connection costs a sleeping thread, not a worker.
+  l.keep_alive_s = 5;
+  return l;
 }
 
 }  // namespace
 
 HttpServer::HttpServer(const ServerOptions& options, int n_slots, int64_t n_ctx_slot)
-    : opts_(options), n_slots_(n_slots), n_ctx_slot_(n_ctx_slot), http_(std::make_unique<httplib::Server>()) {
+    : opts_(options),
+      n_slots_(n_slots),
+      n_ctx_slot_(n_ctx_slot),
+      http_(std::make_unique<GuardedServer>(limits_from(options))) {
   created_ =
       std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch())
           .count();
-  // One worker per slot (a streaming request holds its worker) plus four for health, metrics and requests
-  // waiting in the queue; not the library's default of one per core.
-  int workers = opts_.threads_http > 0 ? opts_.threads_http : n_slots_ + 4;
-  http_->new_task_queue = [workers] { return new httplib::ThreadPool(static_cast<size_t>(workers)); };
-  http_->set_read_timeout(opts_.timeout, 0);
-  http_->set_write_timeout(opts_.timeout, 0);
-  // An idle keep-alive connection is closed after 5 s (cpp-httplib's and llama-server's default). At 1 s a
-  // client that reuses a pooled connection (undici keeps one for timeout minus its own 1–2 s margin) could
-  // send its next request into a socket the server was closing: "other side closed" under load (the soak
-  // test saw it on CI's 2 cores).
-  http_->set_keep_alive_timeout(5);
+  // A chunked body (no Content-Length to check first) is bounded by cpp-httplib's payload limit as well as by
+  // the connection layer's read budget.
+  http_->set_payload_max_length(static_cast<size_t>(opts_.http_max_body_mib) << 20);
   routes();
 }
 
@@ -52,15 +115,21 @@ HttpServer::~HttpServer() {
   stop();
 }
 
-bool HttpServer::start(std::string* error) {
-  if (!http_->bind_to_port(opts_.host, opts_.port)) {
-    *error =
-        "cannot listen on " + opts_.host + ":" + std::to_string(opts_.port) + " (in use or not permitted)";
-    return false;
-  }
+void HttpServer::start() {
+  if (!http_->bind_to_port(opts_.host, opts_.port))
+    raise("E_LISTEN", Where{"", "", "--host/--port"},
+          fmt::format("to listen on {}:{}", opts_.host, opts_.port),
+          bind_failure_reason(opts_.host, opts_.port),
+          "another server (a second bloomery-serve?) may hold the port; pick another with --port");
   bound_port_ = opts_.port;
   thread_ = std::thread([this] { http_->listen_after_bind(); });
-  return true;
+}
+
+int HttpServer::requests_in_flight() {
+  EngineHost* h = host_.load();
+  if (!h) return 0;
+  SchedulerStats st = h->scheduler().stats();
+  return st.requests_processing + st.requests_deferred;
 }
 
 void HttpServer::stop() {
@@ -106,6 +175,12 @@ void HttpServer::routes() {
         ApiError a(400, "invalid_request_error", e.what());
         counters_.request_error(a.type);
         send_json(res, 400, error_body(a));
+      } catch (const nlohmann::json::exception&) {
+        // A field read with the wrong type that request_parse did not check first: still the client's
+        // mistake, and the library's text names no field, so it is not passed on.
+        ApiError a(400, "invalid_request_error", "a request field has the wrong type");
+        counters_.request_error(a.type);
+        send_json(res, 400, error_body(a));
       } catch (const std::exception& e) {
         ApiError a = server_error(e.what());
         counters_.request_error(a.type);
@@ -120,29 +195,54 @@ void HttpServer::routes() {
       res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
       res.set_header("Access-Control-Allow-Headers", "*");
       res.status = 200;
+      GuardedServer::close_after_response();  // a body (if any) stays unread
       return httplib::Server::HandlerResponse::Handled;
     }
+    // The head is in; the body, if any, is read next, against the body deadline.
+    GuardedServer::head_received();
+    auto refuse = [&](const ApiError& e) {
+      counters_.request_error(e.type);
+      send_json(res, e.status, error_body(e));
+      GuardedServer::close_after_response();  // the body (if any) stays unread: the connection cannot go on
+      return httplib::Server::HandlerResponse::Handled;
+    };
+    const int64_t limit = opts_.http_max_body_mib << 20;
+    if (const int64_t n = content_length(req); n > limit)
+      return refuse(
+          ApiError(413, "invalid_request_error",
+                   fmt::format("the request body is {} bytes; the limit is {} bytes (--http-max-body {})",
+                               n == INT64_MAX ? std::string("unreadable") : std::to_string(n), limit,
+                               opts_.http_max_body_mib)));
+    if (draining_.load() && !public_path(req.path))
+      return refuse(ApiError(503, "unavailable_error", "the server is shutting down"));
     if (opts_.api_keys.empty() || public_path(req.path)) return httplib::Server::HandlerResponse::Unhandled;
     std::string key;
     std::string auth = req.get_header_value("Authorization");
     if (auth.rfind("Bearer ", 0) == 0) key = auth.substr(7);
     if (key.empty()) key = req.get_header_value("x-api-key");
-    for (const auto& k : opts_.api_keys)
-      if (k == key) return httplib::Server::HandlerResponse::Unhandled;
-    counters_.request_error("authentication_error");
-    send_json(res, 401, error_body(unauthorized()));
-    return httplib::Server::HandlerResponse::Handled;
+    if (api_key_accepted(opts_.api_keys, key)) return httplib::Server::HandlerResponse::Unhandled;
+    return refuse(unauthorized());
   });
 
-  // Unknown routes (and wrong methods) get an OpenAI-format 404 instead of httplib's empty page.
+  // Unknown routes (and wrong methods) get an OpenAI-format 404 instead of httplib's empty page; the
+  // library's own refusals (a chunked body past the limit, a malformed request) get an OpenAI body too.
   s.set_error_handler([this](const httplib::Request&, httplib::Response& res) {
-    if (res.status == 404 && res.body.empty()) {
-      counters_.request_error("not_found_error");
-      send_json(res, 404, error_body(not_found("File Not Found")));
-    }
+    if (!res.body.empty()) return;
+    ApiError e =
+        res.status == 404   ? not_found("File Not Found")
+        : res.status == 413 ? ApiError(413, "invalid_request_error",
+                                       fmt::format("the request body is too large: JSON bodies may "
+                                                   "take {} bytes (--http-max-body {}), form-encoded "
+                                                   "ones 8 KiB (send Content-Type: application/json)",
+                                                   opts_.http_max_body_mib << 20, opts_.http_max_body_mib))
+        : res.status >= 500 ? ApiError(res.status, "server_error", "the request could not be served")
+                            : ApiError(res.status, "invalid_request_error", "malformed HTTP request");
+    counters_.request_error(e.type);
+    send_json(res, res.status, error_body(e));
   });
 
   auto health = wrap([this](const httplib::Request&, httplib::Response& res) {
+    if (draining_.load()) throw loading("Shutting down");
     engine();
     send_json(res, 200, {{"status", "ok"}});
   });
@@ -264,9 +364,10 @@ void HttpServer::routes() {
            EngineHost& h = engine();
            ojson b = parse_body(req.body);
            if (!b.contains("content") || !b["content"].is_string())
-             bad_field("content", "a string", b.value("content", ojson()));
-           bool add_special = b.value("add_special", false), parse_special = b.value("parse_special", true);
-           bool with_pieces = b.value("with_pieces", false);
+             bad_field("content", "a string", b.contains("content") ? b["content"] : ojson());
+           bool add_special = field_bool(b, "add_special", false);
+           bool parse_special = field_bool(b, "parse_special", true);
+           bool with_pieces = field_bool(b, "with_pieces", false);
            std::vector<int32_t> ids =
                h.tokenizer().encode(b["content"].get<std::string>(), parse_special, false);
            if (add_special && h.tokenizer().add_bos() && h.tokenizer().bos_id())
@@ -294,7 +395,7 @@ void HttpServer::routes() {
            EngineHost& h = engine();
            ojson b = parse_body(req.body);
            if (!b.contains("tokens") || !b["tokens"].is_array())
-             bad_field("tokens", "an array of token ids", b.value("tokens", ojson()));
+             bad_field("tokens", "an array of token ids", b.contains("tokens") ? b["tokens"] : ojson());
            std::vector<int32_t> ids;
            for (const auto& t : b["tokens"]) {
              if (!t.is_number_integer() || t.get<int64_t>() < 0 ||

@@ -1,7 +1,12 @@
 // bloomery-serve: flags and environment first (help and every flag error before any file is read), then the
 // checkpoint checked and described, HTTP started (503 "Loading model"), weights loaded, /health 200.
+#include <malloc.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include <fmt/format.h>
@@ -16,8 +21,21 @@ extern char** environ;
 
 namespace {
 volatile std::sig_atomic_t g_stop = 0;
-void on_signal(int) {
+// The first SIGTERM/SIGINT starts the drain; a second one ends the process at once (exit status 130/143, as a
+// shell reports a signal).
+void on_signal(int sig) {
+  if (g_stop) _exit(128 + sig);
   g_stop = 1;
+}
+
+// Each open connection is a file descriptor: lift the soft limit to the hard one, so the connection cap, not
+// the default 1024, is what bounds them.
+void raise_fd_limit() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < r.rlim_max) {
+    r.rlim_cur = r.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
 }
 }  // namespace
 
@@ -49,6 +67,11 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);  // a client that leaves mid-stream must not end the server
   std::signal(SIGINT, on_signal);
   std::signal(SIGTERM, on_signal);
+  raise_fd_limit();
+  // Each connection has its own thread, and glibc gives threads up to 8 malloc arenas per core, which grow
+  // and seldom shrink: the soak saw +11 % RSS over 2,000 requests with them, -10 % with two (the same
+  // requests). MALLOC_ARENA_MAX in the environment still wins.
+  if (!std::getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, 2);
 
   std::unique_ptr<EngineHost> host;
   ServePlan plan;
@@ -56,6 +79,14 @@ int main(int argc, char** argv) {
   try {
     host = EngineHost::prepare(opts);
     plan = plan_serving(opts, host->summary(), static_cast<int>(std::thread::hardware_concurrency()));
+    // A slot must hold a short chat (template, prompt and a reply): below that every request would fail.
+    constexpr int64_t kMinSlotContext = 64;
+    if (plan.n_ctx_slot < kMinSlotContext)
+      raise("E_FLAG_VALUE", Where{"", "", "-c/--ctx-size"},
+            fmt::format("at least {} tokens ({} per slot x {} slots)", kMinSlotContext * plan.n_slots,
+                        kMinSlotContext, plan.n_slots),
+            fmt::format("{} ({} per slot)", opts.ctx_size, plan.n_ctx_slot),
+            "raise -c or lower -np/--parallel");
     // The memory plan for the slots chosen, refused (E_MEMORY_PLAN) before anything is allocated.
     memory =
         host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size, opts.spec_type == "draft-mtp");
@@ -70,9 +101,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   HttpServer http(opts, plan.n_slots, plan.n_ctx_slot);
-  std::string err;
-  if (!http.start(&err)) {
-    fmt::print(stderr, "bloomery-serve: error: {}\n", err);
+  try {
+    http.start();
+  } catch (const Error& e) {
+    fmt::print(stderr, "bloomery-serve: error: {}\n", e.what());
     return 1;
   }
   fmt::print("http        serving (health 503 until the weights are loaded)\n");
@@ -104,7 +136,25 @@ int main(int argc, char** argv) {
   std::fflush(stdout);
 
   while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  fmt::print("bloomery-serve: stopping\n");
+  // Drain: new requests get 503, requests in progress (streams included) may finish for --shutdown-timeout.
+  http.begin_drain();
+  int busy = http.requests_in_flight();
+  fmt::print(
+      "bloomery-serve: stopping: {} request{} in progress, waiting up to {} s (a second signal exits "
+      "at once)\n",
+      busy, busy == 1 ? "" : "s", opts.shutdown_timeout);
+  std::fflush(stdout);
+  const auto drain_end = std::chrono::steady_clock::now() + std::chrono::seconds(opts.shutdown_timeout);
+  while ((busy = http.requests_in_flight()) > 0 && std::chrono::steady_clock::now() < drain_end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (busy > 0) {
+    fmt::print("bloomery-serve: {} request{} still running after --shutdown-timeout {}; exiting\n", busy,
+               busy == 1 ? "" : "s", opts.shutdown_timeout);
+    std::fflush(stdout);
+    _exit(1);  // the engine thread is mid-request: no orderly teardown to wait for
+  }
+  fmt::print("bloomery-serve: stopped\n");
+  std::fflush(stdout);
   http.stop();
   return 0;
 }

@@ -4,20 +4,30 @@
 
 #include "core/error.h"
 #include "server/api_error.h"
+#include "server/generation.h"
 
 namespace bloomery::server {
 
 using ojson = nlohmann::ordered_json;
 
 ojson parse_body(const std::string& body) {
-  ojson j;
-  try {
-    j = ojson::parse(body);
-  } catch (const nlohmann::json::parse_error& e) {
-    bad_request(std::string("Invalid JSON in the request body: ") + e.what());
-  }
+  ojson j = parse_json_body(body, kMaxBodyDepth);
   if (!j.is_object()) bad_request("The request body must be a JSON object");
   return j;
+}
+
+bool field_bool(const ojson& b, const char* k, bool dflt) {
+  auto it = b.find(k);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_boolean()) bad_field(k, "true or false", *it);
+  return it->get<bool>();
+}
+
+std::string field_string(const ojson& b, const char* k, const std::string& dflt) {
+  auto it = b.find(k);
+  if (it == b.end() || it->is_null()) return dflt;
+  if (!it->is_string()) bad_field(k, "a string", *it);
+  return it->get<std::string>();
 }
 
 namespace {
@@ -26,6 +36,10 @@ const ojson* get(const ojson& b, const char* k) {
   auto it = b.find(k);
   if (it == b.end() || it->is_null()) return nullptr;
   return &*it;
+}
+
+bool boolean(const ojson& b, const char* k, bool dflt) {
+  return field_bool(b, k, dflt);
 }
 
 double num(const ojson& b, const char* k, double dflt, double lo, double hi) {
@@ -41,16 +55,11 @@ int64_t integer(const ojson& b, const char* k, int64_t dflt, int64_t lo, int64_t
   const ojson* v = get(b, k);
   if (!v) return dflt;
   if (!v->is_number_integer()) bad_field(k, "an integer", *v);
+  if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+    bad_field(k, fmt::format("an integer in [{}, {}]", lo, hi), *v);
   int64_t x = v->get<int64_t>();
   if (x < lo || x > hi) bad_field(k, fmt::format("an integer in [{}, {}]", lo, hi), *v);
   return x;
-}
-
-bool boolean(const ojson& b, const char* k, bool dflt) {
-  const ojson* v = get(b, k);
-  if (!v) return dflt;
-  if (!v->is_boolean()) bad_field(k, "true or false", *v);
-  return v->get<bool>();
 }
 
 // A sampler bloomery has not built: accepted only at its neutral value.
@@ -206,7 +215,16 @@ ojson chat_context(const ojson& body, const Tokenizer& tok) {
   }
   if (const ojson* kw = get(body, "chat_template_kwargs")) {
     if (!kw->is_object()) bad_field("chat_template_kwargs", "an object", *kw);
-    for (auto it = kw->begin(); it != kw->end(); ++it) ctx[it.key()] = it.value();
+    // A kwarg may not replace what the request itself fills in (the messages, the tools, the special
+    // tokens): that is a conflict, not an override.
+    for (auto it = kw->begin(); it != kw->end(); ++it)
+      if (ctx.contains(it.key()))
+        bad_field("chat_template_kwargs." + it.key(),
+                  "a name the request does not set itself (use the request's own field)", it.value());
+    // Keys are distinct (the body parser merged duplicates) and none is in ctx: appended in order, in linear
+    // time (ordered_json's operator[] searches linearly).
+    auto& items = static_cast<ojson::object_t::Container&>(ctx.get_ref<ojson::object_t&>());
+    for (auto it = kw->begin(); it != kw->end(); ++it) items.emplace_back(it.key(), it.value());
   }
   return ctx;
 }
@@ -217,7 +235,10 @@ std::string render_chat(const ojson& body, const ChatTemplate& tpl, const Tokeni
     return tpl.render(ctx);
   } catch (const Error& e) {
     if (e.id() == "E_TPL_RAISE") bad_request("the chat template refused the messages: " + e.info().note);
-    throw ApiError(500, "server_error", std::string("chat template failed: ") + e.what());
+    // The template parsed at start (engine_host); what fails now fails on this request's messages,
+    // tools or kwargs (a value the template engine cannot hold, a type the template does not expect): the
+    // client's to change, not a server fault.
+    bad_request(std::string("the chat template cannot render this request: ") + e.what());
   }
 }
 

@@ -6,6 +6,7 @@
 
 #include "server/flags.h"
 #include "server/generation.h"
+#include "server/json_body.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -13,8 +14,12 @@ namespace bloomery::server {
 
 enum class Api { Chat, Completions, LlamaCompletion };
 
-// A request body: 400 with the parser's message when it is not a JSON object.
+// A request body: parse_json_body, and a 400 when it is not a JSON object.
 nlohmann::ordered_json parse_body(const std::string& body);
+
+// An optional field (absent or null = `dflt`); any other type is a 400 naming the field.
+bool field_bool(const nlohmann::ordered_json& body, const char* key, bool dflt);
+std::string field_string(const nlohmann::ordered_json& body, const char* key, const std::string& dflt);
 
 // Sampling and generation fields shared by all three completion routes (defaults from the flags).
 void parse_generation_fields(const nlohmann::ordered_json& body, const ServerOptions& o, Api api,

@@ -38,10 +38,14 @@ ServePlan plan_serving(const ServerOptions& o, const CheckpointSummary& s, int h
   p.threads = o.threads > 0 ? o.threads : std::max(1, hardware_threads);
   if (o.threads <= 0)
     p.choices.push_back(fmt::format("engine threads: {} (every core; change with -t/--threads)", p.threads));
-  p.http_threads = o.threads_http > 0 ? o.threads_http : p.n_slots + 4;
-  if (o.threads_http <= 0)
-    p.choices.push_back(
-        fmt::format("HTTP workers: {} (slots + 4; change with --threads-http)", p.http_threads));
+  // Connections are served one thread each (connection_layer.h), so --threads-http sizes nothing.
+  p.http_threads = 0;
+  p.choices.push_back(fmt::format(
+      "HTTP: one thread per connection, at most {} connections (--http-max-connections), bodies up to {} MiB "
+      "(--http-max-body), headers within {} s (--http-header-timeout)",
+      o.http_max_connections, o.http_max_body_mib, o.http_header_timeout));
+  if (o.threads_http > 0)
+    p.choices.push_back("--threads-http is accepted and ignored: each connection has its own thread");
   if (!o.user_set("n-predict"))
     p.choices.push_back("generation limit: until EOS or the slot's context end (change with -n/--n-predict)");
   if (!o.user_set("temp"))
@@ -51,6 +55,9 @@ ServePlan plan_serving(const ServerOptions& o, const CheckpointSummary& s, int h
                     o.temperature, o.top_k, o.top_p, o.min_p));
   if (o.api_keys.empty())
     p.choices.push_back("no API key: every client is accepted (set one with --api-key)");
+  else  // how many, never which
+    p.choices.push_back(fmt::format("API keys: {} loaded; every route but /health and /v1/models needs one",
+                                    o.api_keys.size()));
   if (!o.metrics) p.choices.push_back("/metrics off (turn on with --metrics)");
   return p;
 }

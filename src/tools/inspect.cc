@@ -5,9 +5,11 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "backend/cpu/cpu_backend.h"
 #include "formats/classify.h"
 #include "formats/weight_decode.h"
 #include "models/roles.h"
+#include "server/checkpoint_checks.h"
 #include "tools/command.h"
 #include "tools/inspect_common.h"
 
@@ -45,6 +47,9 @@ int run_inspect(int argc, char** argv) {
 
   Warnings warnings;
   try {
+    // Every check bloomery-serve runs before loading (the same function), so inspect refuses what serve
+    // refuses, with the same error.
+    server::check_checkpoint(folder, "cpu", cpu::CpuBackend(1).memory_info(), "");
     TensorSource src = TensorSource::open(folder, warnings);
     ResolvedCheckpoint rc = resolve_checkpoint(src, warnings);
     const RoleContext roles = role_context_from_config(src.config());

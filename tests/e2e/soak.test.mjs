@@ -1,11 +1,13 @@
-// Soak: 500 requests at concurrency 16 (slots 4) mixing chat/completions, streaming/not, with random client
-// disconnects. No crash, every non-aborted request answered, resident memory flat. Prints the RSS numbers.
+// Soak: requests at concurrency 32 (slots 4) mixing chat/completions, streaming/not, a third of them cancelled
+// mid-stream by the client. No crash, every non-aborted request answered, resident memory flat (< 5 %), every
+// slot free at the end. Prints the RSS numbers. CI runs 2,000 (about a minute on 2 cores);
+// BLOOMERY_SOAK_REQUESTS=10000 is issue 18's full count (docs/serving.md "Soak result").
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, getJson, metric, waitFor } from './harness.mjs';
 
-const TOTAL = Number(process.env.BLOOMERY_SOAK_REQUESTS ?? 500);
-const CONCURRENCY = 16;
+const TOTAL = Number(process.env.BLOOMERY_SOAK_REQUESTS ?? 2000);
+const CONCURRENCY = 32;
 
 // Deterministic pseudo-random choices (xorshift), so a failure can be replayed.
 let seed = 0x9e3779b9;
@@ -17,7 +19,7 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
     const client = server.client({ timeout: 120000 });
     const one = async (i) => {
       const kind = rand();
-      const abortAfter = rand() < 0.2 ? 1 + Math.floor(rand() * 6) : -1;  // ~20 % disconnect mid-stream
+      const abortAfter = rand() < 1 / 3 ? 1 + Math.floor(rand() * 6) : -1;  // a third disconnect mid-stream
       // A request that will disconnect asks for many tokens, so the disconnect lands mid-generation.
       const max_tokens = abortAfter > 0 ? 300 + Math.floor(rand() * 300) : 4 + Math.floor(rand() * 28);
       const stream = abortAfter > 0 || rand() < 0.5;
@@ -45,7 +47,7 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
     // Warm up with the same mix at full concurrency (every HTTP worker and allocator arena in use), then measure.
     let warm = 0;
     await Promise.all(Array.from({ length: CONCURRENCY }, async () => {
-      while (warm < 64) await one(-1 - warm++);
+      while (warm < 256) await one(-1 - warm++);
     }));
     const rss0 = server.rssKiB();
     let next = 0;
@@ -81,8 +83,8 @@ test(`soak: ${TOTAL} requests at concurrency ${CONCURRENCY} with random disconne
       `tokens ${metric(m.body, 'llamacpp:tokens_predicted_total')}`);
     assert.equal(server.exited(), null, 'the server died');
     assert.equal(counts.ok + counts.aborted, TOTAL);
-    // Flat: growth under 10 % of the warm RSS plus 8 MiB of allocator slack.
-    assert.ok(rss1 - rss0 < rss0 * 0.10 + 8192, `RSS grew from ${rss0} to ${rss1} KiB`);
+    // Flat: growth under 5 % of the RSS after the warm-up.
+    assert.ok(rss1 - rss0 < rss0 * 0.05, `RSS grew from ${rss0} to ${rss1} KiB`);
     const h = await getJson(`${server.url}/health`);
     assert.equal(h.status, 200);
   } catch (e) {
