@@ -49,7 +49,8 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   const std::filesystem::path cfg_dir = lm.source->config_dir();
   // --chat-template names a built-in template that replaces the checkpoint's (checked above).
   if (!o.chat_template.empty())
-    h->template_.emplace(ChatTemplate::from_source(builtin_chat_template(o.chat_template), "--chat-template"));
+    h->template_.emplace(
+        ChatTemplate::from_source(builtin_chat_template(o.chat_template), "--chat-template"));
   const std::string& src = h->template_->source();
   h->think_tags_ = src.find("<think>") != std::string::npos && src.find("</think>") != std::string::npos;
   std::filesystem::path gen = cfg_dir / "generation_config.json";

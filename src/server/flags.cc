@@ -71,6 +71,21 @@ struct Flag {
   std::string why;                       // Map / Ignore / Refuse: the reason shown
 };
 
+// "a, b,c" -> {"a", "b", "c"} (blanks trimmed, empty parts dropped): list-valued flags such as -ts.
+std::vector<std::string> split_commas(const std::string& v) {
+  std::vector<std::string> out;
+  size_t i = 0;
+  while (i <= v.size()) {
+    size_t j = v.find(',', i);
+    if (j == std::string::npos) j = v.size();
+    std::string part = v.substr(i, j - i);
+    const size_t b = part.find_first_not_of(" \t"), e = part.find_last_not_of(" \t");
+    if (b != std::string::npos) out.push_back(part.substr(b, e - b + 1));
+    i = j + 1;
+  }
+  return out;
+}
+
 std::string canonical(const Flag& f) {
   for (const auto& n : f.names)
     if (n.rfind("--", 0) == 0) return n.substr(2);
@@ -134,7 +149,8 @@ const std::vector<Refused>& refused_flags() {
        "draft-mtp)"},
       {{"-lcs", "--lookup-cache-static", "-lcd", "--lookup-cache-dynamic"},
        true,
-       "n-gram lookup cache files are not supported; --spec-type ngram-simple drafts from the request's own tokens"},
+       "n-gram lookup cache files are not supported; --spec-type ngram-simple drafts from the request's own "
+       "tokens"},
       {{"--api-prefix"}, true, "routes are served at the root only; a reverse proxy can strip the prefix"},
       {{"--tools", "--tools-runtime", "--mcp-servers", "--mcp-servers-file", "--ui-mcp-proxy"},
        true,
@@ -355,7 +371,7 @@ std::vector<Flag> compat_rows() {
       value_row({"-ts", "--tensor-split"}, "LLAMA_ARG_TENSOR_SPLIT", "N0,N1,...", "even", S::Map,
                 "equal proportions only; unequal splits are refused",
                 [](O& o, auto& f, auto& v) {
-                  auto parts = split_keys(v);
+                  auto parts = split_commas(v);
                   if (parts.empty()) bad_value(f, "comma-separated proportions", v);
                   double first = to_num(f, parts[0], 0.0, 1e9);
                   for (const auto& p : parts)

@@ -215,7 +215,8 @@ int run_run(int argc, char** argv) {
   }
   const bool drafting = spec_type != "none";
   if (drafting && (tp_size > 1 || !nodes.empty())) {
-    std::fprintf(stderr, "error: --spec-type with --tp/--nodes is not supported yet (draft layers are not cut)\n");
+    std::fprintf(stderr,
+                 "error: --spec-type with --tp/--nodes is not supported yet (draft layers are not cut)\n");
     return 2;
   }
   if (drafting && !logits_out.empty()) {
