@@ -37,7 +37,15 @@ int64_t int_pow(int64_t base, int64_t exp) {
   return r;
 }
 
+// Like range()'s MAX_RANGE, a bound on what one `*` may build: a template (or a fuzzer) asking for a
+// gigabyte string must get a named render error, not exhaust the server's memory.
+constexpr int64_t kMaxRepeatSize = 1 << 24;
+
 Value repeat(const Value& seq, int64_t n) {
+  const int64_t unit = seq.kind == Kind::String ? static_cast<int64_t>(seq.s->size())
+                                                : static_cast<int64_t>(seq.list->items.size());
+  if (n > 0 && unit > 0 && n > kMaxRepeatSize / unit)
+    fail("repetition too big: the result would exceed " + std::to_string(kMaxRepeatSize) + " elements");
   if (seq.kind == Kind::String) {
     std::string out;
     for (int64_t k = 0; k < n; ++k) out += *seq.s;
