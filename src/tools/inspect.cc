@@ -38,18 +38,22 @@ std::string human_bytes(uint64_t b) {
 int run_inspect(int argc, char** argv) {
   CLI::App app{"List every logical weight of a model folder with its stored format, and totals"};
   std::string folder;
-  bool as_json = false, check = false;
+  bool as_json = false, check = false, formats_only = false;
   app.add_option("folder", folder, "model folder (safetensors, sharded, CSF container or serving folder)")
       ->required();
   app.add_flag("--json", as_json, "machine-readable output on stdout");
   app.add_flag("--check", check, "also read and validate every weight's bytes (scales, NaN codes)");
+  app.add_flag(
+      "--formats-only", formats_only,
+      "only the format layer's checks (for folders that are not a whole checkpoint, e.g. one layout's "
+      "sample tensors): skip the model, config, tokenizer and template checks bloomery-serve runs");
   CLI11_PARSE(app, argc, argv);
 
   Warnings warnings;
   try {
     // Every check bloomery-serve runs before loading (the same function), so inspect refuses what serve
     // refuses, with the same error.
-    server::check_checkpoint(folder, "cpu", cpu::CpuBackend(1).memory_info(), "");
+    if (!formats_only) server::check_checkpoint(folder, "cpu", cpu::CpuBackend(1).memory_info(), "");
     TensorSource src = TensorSource::open(folder, warnings);
     ResolvedCheckpoint rc = resolve_checkpoint(src, warnings);
     const RoleContext roles = role_context_from_config(src.config());

@@ -54,7 +54,7 @@ tmp_out = os.path.join(WORK, "decoded.f32")
 
 for lay in manifest["layouts"]:
     folder = os.path.join(WORK, lay["folder"])
-    res = run("inspect", "--json", folder)
+    res = run("inspect", "--formats-only", "--json", folder)
     check(res.returncode == 0, f"{lay['name']}: inspect exit {res.returncode}: {res.stderr.decode()[-500:]}")
     if res.returncode != 0:
         continue
@@ -79,7 +79,7 @@ for lay in manifest["layouts"]:
           f"{lay['name']}: per-format bytes do not add up")
     check(sum(v["bytes"] for v in out["totals"]["by_role"].values()) == out["totals"]["all"]["bytes"],
           f"{lay['name']}: per-role bytes do not add up")
-    text = run("inspect", folder)
+    text = run("inspect", "--formats-only", folder)
     check(text.returncode == 0 and b"totals by format" in text.stdout, f"{lay['name']}: text inspect failed")
     for name, exp_rel in lay["decode"].items():
         if os.path.exists(tmp_out):
@@ -110,7 +110,7 @@ def corrupt(src_name, dst_name, mutate):
 
 
 def expect_error(folder, error_id):
-    r = run("inspect", "--json", folder)
+    r = run("inspect", "--formats-only", "--json", folder)
     got = json.loads(r.stdout).get("error", {}).get("id") if r.stdout else None
     check(r.returncode == 1 and got == error_id, f"{folder}: expected {error_id}, got exit {r.returncode} id {got}")
 
