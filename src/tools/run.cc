@@ -61,6 +61,18 @@ std::string fmt_pos(int i, uint64_t drafted, uint64_t accepted) {
   return buf;
 }
 
+// The end of a run's stdout, with or without drafting: the streamed text's tail, a newline, the ids.
+void finish_output(StreamDecoder* stream, const std::vector<int32_t>& out, bool print_ids) {
+  if (stream) std::fputs(stream->finish().c_str(), stdout);
+  std::fputs("\n", stdout);
+  if (print_ids) {
+    std::string s;
+    for (int32_t id : out) s += (s.empty() ? "" : ",") + std::to_string(id);
+    std::printf("ids: %s\n", s.c_str());
+  }
+  std::fflush(stdout);
+}
+
 // `bloomery run --spec-type draft-mtp`: greedy generation through the scheduler with MTP drafting, then the
 // drafted / accepted counts, the acceptance per draft position and the mean accepted length.
 int run_drafting(Model& model, Backend& backend, const std::string& folder, bool ngram,
@@ -118,14 +130,7 @@ int run_drafting(Model& model, Backend& backend, const std::string& folder, bool
   sched.submit(std::move(req));
   const FinishInfo f = done.get_future().get();
   if (!f.error.empty()) raise("E_RUN", Where{folder, "", ""}, "a generation", f.error);
-  if (stream) std::fputs(stream->finish().c_str(), stdout);
-  std::fputs("\n", stdout);
-  if (print_ids) {
-    std::string s;
-    for (int32_t id : out) s += (s.empty() ? "" : ",") + std::to_string(id);
-    std::printf("ids: %s\n", s.c_str());
-  }
-  std::fflush(stdout);
+  finish_output(stream.get(), out, print_ids);
   const DraftCounts c = sched.stats().drafts;
   std::fprintf(stderr,
                "prompt: %zu tokens in %.3f s; generation: %zu tokens in %.3f s (%.1f tokens/s)\n"
@@ -377,14 +382,7 @@ int run_run(int argc, char** argv) {
   }
   auto t_end = Clock::now();
   if (leader) leader->stop();
-  if (stream) std::fputs(stream->finish().c_str(), stdout);
-  std::fputs("\n", stdout);
-  if (print_ids) {
-    std::string s;
-    for (int32_t id : out) s += (s.empty() ? "" : ",") + std::to_string(id);
-    std::printf("ids: %s\n", s.c_str());
-  }
-  std::fflush(stdout);
+  finish_output(stream.get(), out, print_ids);
   const double tp = seconds(t_loaded, t_prompt), tg = seconds(t_prompt, t_end);
   std::fprintf(
       stderr,
