@@ -3,6 +3,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -22,6 +24,17 @@ struct Storage {
   void* data = nullptr;
   size_t bytes = 0;
   std::shared_ptr<void> owner;  // keeps the allocation alive
+  // Backend::alloc promises zeros. A backend for which the fill is a real cost (a memset node per tensor on
+  // the card) may defer it: it sets `pending_zero`, and the fill runs, once and in stream order, at the first
+  // access that can see the contents (Tensor::f32/i32). An op that writes every element before reading any
+  // asks for Tensor::out_f32 instead, and the fill never runs.
+  std::function<void(Storage&)> pending_zero;
+  void settle() {
+    if (!pending_zero) return;
+    auto fill = std::move(pending_zero);
+    pending_zero = nullptr;
+    fill(*this);
+  }
 };
 
 class Tensor {
@@ -52,12 +65,37 @@ class Tensor {
   Tensor slice(int64_t first, int64_t count) const;
 
   // Raw element pointers, meaningful only on the backend that owns the storage (host pointers on CPU).
-  float* f32() const { return static_cast<float*>(storage_->data) + offset_; }
-  int32_t* i32() const { return static_cast<int32_t*>(storage_->data) + offset_; }
+  float* f32() const {
+    storage_->settle();
+    return static_cast<float*>(storage_->data) + offset_;
+  }
+  int32_t* i32() const {
+    storage_->settle();
+    return static_cast<int32_t*>(storage_->data) + offset_;
+  }
+  // The pointer for an op that writes every element of this tensor before reading any of them. A deferred
+  // zero fill is dropped when nothing could ever see it: the tensor covers its whole storage and none of the
+  // op's inputs `reads` shares that storage (an in-place op reads the zeros). Otherwise the fill runs.
+  float* out_f32(std::initializer_list<const Tensor*> reads = {}) const { return out_ptr<float>(reads); }
+  int32_t* out_i32(std::initializer_list<const Tensor*> reads = {}) const { return out_ptr<int32_t>(reads); }
 
   std::string shape_str() const;
 
  private:
+  template <typename T>
+  T* out_ptr(std::initializer_list<const Tensor*> reads) const {
+    if (storage_->pending_zero) {
+      bool whole = offset_ == 0 && static_cast<size_t>(numel()) * elem_size(type_) == storage_->bytes;
+      for (const Tensor* r : reads)
+        if (r && r->storage_ == storage_) whole = false;
+      if (whole)
+        storage_->pending_zero = nullptr;
+      else
+        storage_->settle();
+    }
+    return static_cast<T*>(storage_->data) + offset_;
+  }
+
   std::shared_ptr<Storage> storage_;
   ElemType type_ = ElemType::F32;
   std::vector<int64_t> shape_;

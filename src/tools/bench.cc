@@ -172,9 +172,11 @@ int run_bench(int argc, char** argv) {
   std::string ab_knob;
   app.add_option(
          "--ab", ab_knob,
-         "gemv: every tg row twice, repeat by repeat with the main GEMV kernel (BLOOMERY_CUDA_GEMV=1) "
-         "and the candidate (2), rows 'tgN' and 'tgN+gemv2' (CUDA)")
-      ->check(CLI::IsMember({"gemv"}));
+         "every tg row twice, repeat by repeat, main then candidate (CUDA): 'gemv' the GEMV kernel "
+         "variant 1 (BLOOMERY_CUDA_GEMV=1) against 2, rows 'tgN' and 'tgN+gemv2'; 'eager-zero' a memset "
+         "at every alloc (BLOOMERY_CUDA_EAGER_ZERO=1) against the deferred zero fill, rows 'tgN' and "
+         "'tgN+lazy-zero'")
+      ->check(CLI::IsMember({"gemv", "eager-zero"}));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
       "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
@@ -296,11 +298,15 @@ int run_bench(int argc, char** argv) {
     if (graphs_mode == "ab")
       raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "one A/B at a time", "--cuda-graphs ab and --ab");
 #ifdef BLOOMERY_HAVE_CUDA
-    if (dynamic_cast<cuda::CudaBackend*>(backend.get()))
-      hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
+    if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
+      if (ab_knob == "gemv")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
+      else
+        hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
+    }
 #endif
     if (!hooks.set_ab) raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "a CUDA backend", backend_name);
-    bp.ab = ab_knob + "2";
+    bp.ab = ab_knob == "gemv" ? "gemv2" : "lazy-zero";
     hooks.set_ab(false);
   }
   auto to_json = [&](const BenchRow& r) {

@@ -342,3 +342,43 @@ TEST_F(CudaOps, FamilyOpsRefuseByName) {
 
 }  // namespace
 }  // namespace bloomery::gputest
+
+namespace bloomery::gputest {
+namespace {
+
+// alloc's zero fill is deferred on the card (tensor.h): whatever the pool hands back, a tensor reads as
+// zeros unless an op wrote all of it, an in-place op on a fresh tensor reads zeros, and a partial write
+// leaves the rest zero. Each case first dirties the pool's blocks of that size.
+TEST_F(CudaOps, LazyZeroFill) {
+  const int64_t N = 4096;
+  auto dirty = [&] {
+    Tensor t = gpu_->alloc({4, N});
+    gpu_->fill(t, 7.0f);
+    gpu_->download(t);  // returned to the pool full of 7s
+  };
+  auto all_zero = [&](const Tensor& t, const std::string& what) {
+    const std::vector<float> v = gpu_->download(t);
+    EXPECT_EQ(std::count(v.begin(), v.end(), 0.0f), static_cast<long>(v.size())) << what;
+  };
+  dirty();
+  all_zero(gpu_->alloc({4, N}), "a fresh tensor");
+  const std::vector<float> xv = randn(4 * N);
+  Tensor x = gpu_->upload(xv, {4, N});
+  dirty();
+  Tensor acc = gpu_->alloc({4, N});
+  gpu_->add(acc, acc, x);  // acc = 0 + x
+  expect_close(gpu_->download(acc), xv, 0, 0, "in-place add on a fresh tensor");
+  dirty();
+  Tensor part = gpu_->alloc({4, N});
+  Tensor rows = part.slice(1, 2);
+  gpu_->scale(rows, x.slice(1, 2), 1.0f);  // rows 1 and 2 written, 0 and 3 must stay zero
+  const std::vector<float> pv = gpu_->download(part);
+  for (int64_t i = 0; i < N; ++i) {
+    ASSERT_EQ(pv[i], 0.0f) << "row 0 at " << i;
+    ASSERT_EQ(pv[3 * N + i], 0.0f) << "row 3 at " << i;
+    ASSERT_EQ(pv[N + i], xv[N + i]) << "row 1 at " << i;
+  }
+}
+
+}  // namespace
+}  // namespace bloomery::gputest

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
@@ -123,8 +124,12 @@ void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
 // ---- memory
 // ------------------------------------------------------------------------------------------------
 
+bool CudaBackend::eager_zero_from_env() {
+  const char* v = std::getenv("BLOOMERY_CUDA_EAGER_ZERO");
+  return v && std::string_view(v) == "1";
+}
+
 Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
-  OpScope op_scope(op_times_, stream_, "alloc (zero fill)");
   int64_t n = 1;
   for (int64_t d : shape) {
     need(d >= 0, "alloc", "non-negative dims", shape_string(shape));
@@ -135,8 +140,19 @@ Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
   st->owner = pool_.get(bytes, "alloc " + shape_string(shape));
   st->data = st->owner.get();
   st->bytes = bytes;
-  if (bytes)  // ops may rely on alloc's zero fill (backend.h); queued on the stream like every op
+  // The zero fill alloc promises is deferred to the tensor's first access that can see it (tensor.h): most
+  // decode tensors are op outputs written whole, and their memsets were a third of a step's graph nodes.
+  // When it does run it is queued on the stream at that point, before the op that reads it.
+  if (bytes && !zero_fill_eager_)
+    st->pending_zero = [this](Storage& s) {
+      OpScope op_scope(op_times_, stream_, "alloc (zero fill)");
+      BLOOMERY_CUDA_CHECK(cudaMemsetAsync(s.data, 0, s.bytes, stream_),
+                          "alloc zero fill of " + std::to_string(s.bytes) + " bytes");
+    };
+  else if (bytes) {
+    OpScope op_scope(op_times_, stream_, "alloc (zero fill)");
     BLOOMERY_CUDA_CHECK(cudaMemsetAsync(st->data, 0, bytes, stream_), "alloc " + shape_string(shape));
+  }
   return Tensor(std::move(st), type, std::move(shape));
 }
 
@@ -169,7 +185,8 @@ void CudaBackend::copy(Tensor& dst, const Tensor& src) {
   OpScope op_scope(op_times_, stream_, "copy");
   same_numel("copy", dst, src);
   const size_t bytes = static_cast<size_t>(src.numel()) * 4;
-  const char *d = reinterpret_cast<const char*>(dst.f32()), *s = reinterpret_cast<const char*>(src.f32());
+  const char* s = reinterpret_cast<const char*>(src.f32());
+  const char* d = reinterpret_cast<const char*>(dst.out_f32({&src}));
   const std::string what = "copy " + src.shape_str();
   if (d == s || bytes == 0) return;
   if (d < s + bytes && s < d + bytes) {  // overlapping ranges: go through scratch (memmove semantics)
@@ -183,7 +200,7 @@ void CudaBackend::copy(Tensor& dst, const Tensor& src) {
 
 void CudaBackend::fill(Tensor& t, float value) {
   OpScope op_scope(op_times_, stream_, "fill");
-  cuda::fill(t.f32(), t.numel(), value, stream_);
+  cuda::fill(t.out_f32(), t.numel(), value, stream_);
 }
 
 // ---- elementwise
@@ -193,54 +210,54 @@ void CudaBackend::add(Tensor& out, const Tensor& a, const Tensor& b) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("add", out, a);
   same_numel("add", a, b);
-  binary(Binary::Add, out.f32(), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
+  binary(Binary::Add, out.out_f32({&a, &b}), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
 }
 
 void CudaBackend::add_scaled(Tensor& out, const Tensor& a, const Tensor& b, float s) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("add_scaled", out, a);
   same_numel("add_scaled", a, b);
-  binary(Binary::AddScaled, out.f32(), a.f32(), b.f32(), s, a.numel(), stream_);
+  binary(Binary::AddScaled, out.out_f32({&a, &b}), a.f32(), b.f32(), s, a.numel(), stream_);
 }
 
 void CudaBackend::mul(Tensor& out, const Tensor& a, const Tensor& b) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("mul", out, a);
   same_numel("mul", a, b);
-  binary(Binary::Mul, out.f32(), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
+  binary(Binary::Mul, out.out_f32({&a, &b}), a.f32(), b.f32(), 0.0f, a.numel(), stream_);
 }
 
 void CudaBackend::scale(Tensor& out, const Tensor& x, float s) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("scale", out, x);
-  cuda::scale(out.f32(), x.f32(), s, x.numel(), stream_);
+  cuda::scale(out.out_f32({&x}), x.f32(), s, x.numel(), stream_);
 }
 
 void CudaBackend::activate(Tensor& out, const Tensor& x, Act act) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("activate", out, x);
-  cuda::activate(out.f32(), x.f32(), act_code(act), x.numel(), stream_);
+  cuda::activate(out.out_f32({&x}), x.f32(), act_code(act), x.numel(), stream_);
 }
 
 void CudaBackend::sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("sigmoid_mul", out, x);
   same_numel("sigmoid_mul", x, gate);
-  binary(Binary::SigmoidMul, out.f32(), x.f32(), gate.f32(), 0.0f, x.numel(), stream_);
+  binary(Binary::SigmoidMul, out.out_f32({&x, &gate}), x.f32(), gate.f32(), 0.0f, x.numel(), stream_);
 }
 
 void CudaBackend::scale_rows(Tensor& out, const Tensor& x, const Tensor& s) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("scale_rows", out, x);
   need(s.numel() == x.rows(), "scale_rows", std::to_string(x.rows()) + " scalars", s.shape_str());
-  cuda::scale_rows(out.f32(), x.f32(), s.f32(), x.rows(), x.cols(), stream_);
+  cuda::scale_rows(out.out_f32({&x, &s}), x.f32(), s.f32(), x.rows(), x.cols(), stream_);
 }
 
 void CudaBackend::swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("swiglu", out, gate);
   same_numel("swiglu", gate, up);
-  cuda::swiglu(out.f32(), gate.f32(), up.f32(), limit, gate.numel(), stream_);
+  cuda::swiglu(out.out_f32({&gate, &up}), gate.f32(), up.f32(), limit, gate.numel(), stream_);
 }
 
 void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
@@ -249,7 +266,7 @@ void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
   need(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
        "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
        out.shape_str() + " at " + std::to_string(c0));
-  copy_cols(out.f32(), n, 0, x.f32(), C, c0, R, n, stream_);
+  copy_cols(out.out_f32({&x}), n, 0, x.f32(), C, c0, R, n, stream_);
 }
 
 void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
@@ -272,8 +289,8 @@ void CudaBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float 
   group = sh.group;
   const bool per_group = sh.per_group;
   const float* wp = kind == NormKind::Unweighted ? nullptr : param_f32(*w, "rms_norm");
-  cuda::rms_norm(out.f32(), x.f32(), wp, eps, static_cast<int>(kind), R * (C / group), group, C / group,
-                 per_group, stream_);
+  cuda::rms_norm(out.out_f32({&x}), x.f32(), wp, eps, static_cast<int>(kind), R * (C / group), group,
+                 C / group, per_group, stream_);
 }
 
 void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, const Weight& w, float eps,
@@ -282,8 +299,8 @@ void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, 
   const int64_t G = w.numel();
   need(G > 0 && x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(), "rms_norm_gated",
        "x, z, out of equal size, a multiple of " + std::to_string(G), x.shape_str() + " " + z.shape_str());
-  cuda::rms_norm_gated(out.f32(), x.f32(), z.f32(), param_f32(w, "rms_norm_gated"), eps, act_code(act),
-                       x.numel() / G, G, stream_);
+  cuda::rms_norm_gated(out.out_f32({&x, &z}), x.f32(), z.f32(), param_f32(w, "rms_norm_gated"), eps,
+                       act_code(act), x.numel() / G, G, stream_);
 }
 
 void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) {
@@ -291,8 +308,8 @@ void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, cons
   const int64_t C = x.cols(), R = x.rows();
   need(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
        "weight and bias of " + std::to_string(C), shape_string(w.shape()) + " " + shape_string(b.shape()));
-  cuda::layer_norm(out.f32(), x.f32(), param_f32(w, "layer_norm"), param_f32(b, "layer_norm"), eps, R, C,
-                   stream_);
+  cuda::layer_norm(out.out_f32({&x}), x.f32(), param_f32(w, "layer_norm"), param_f32(b, "layer_norm"), eps, R,
+                   C, stream_);
 }
 
 // ---- positional, attention
@@ -326,8 +343,8 @@ void CudaBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const
       T * Hq < 264
           ? static_cast<float*>(scratch_[2].get(static_cast<size_t>(attention_part_floats(T, Hq, dv)) * 4))
           : nullptr;
-  cuda::attention(out.f32(), q.f32(), k.f32(), v.f32(), allowed ? allowed->f32() : nullptr, T, Hq, d, S, Hkv,
-                  dv, q0, scale, part, stream_);
+  cuda::attention(out.out_f32({&q, &k, &v, allowed}), q.f32(), k.f32(), v.f32(),
+                  allowed ? allowed->f32() : nullptr, T, Hq, d, S, Hkv, dv, q0, scale, part, stream_);
 }
 
 }  // namespace bloomery::cuda

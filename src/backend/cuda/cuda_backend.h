@@ -60,6 +60,10 @@ class CudaBackend final : public Backend {
   void copy(Tensor& dst, const Tensor& src) override;
   void fill(Tensor& t, float value) override;
 
+  // alloc's zero fill: deferred to the first access that can see it (default), or a memset at every alloc
+  // (BLOOMERY_CUDA_EAGER_ZERO=1 at start, or between steps for the bench's A/B).
+  void set_zero_fill_eager(bool eager) { zero_fill_eager_ = eager; }
+
   // Per-op device times (BLOOMERY_CUDA_OP_TIMES=1, eager steps only), resolved at synchronize().
   OpTimes& op_times() { return op_times_; }
 
@@ -173,6 +177,8 @@ class CudaBackend final : public Backend {
   DevicePool pool_;  // activation tensors (alloc); weights own their own allocations
   Scratch scratch_[4];
   OpTimes op_times_;
+  bool zero_fill_eager_ = eager_zero_from_env();
+  static bool eager_zero_from_env();
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

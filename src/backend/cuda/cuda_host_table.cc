@@ -35,7 +35,7 @@ Weight CudaBackend::stream_weight(const TensorSource& source, const WeightRecord
 }
 
 void CudaBackend::gather_streamed(Tensor& out, const Weight& table, std::span<const int64_t> ids) {
-  host_table_of(table, "gather_rows")->gather(out.f32(), ids, stream_, &graphs_);
+  host_table_of(table, "gather_rows")->gather(out.out_f32(), ids, stream_, &graphs_);
 }
 
 void CudaBackend::prefetch_rows(const Weight& table, std::span<const int64_t> ids) {

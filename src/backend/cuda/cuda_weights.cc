@@ -210,7 +210,7 @@ void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const 
     need(static_cast<int64_t>(dw.cols) == D, "gather_rows", "a table whose rows are its stored rows",
          table.name());
     const auto* d_ids = static_cast<const int64_t*>(stage(0, ids.data(), ids.size_bytes()));
-    cuda::gather_rows(dw, d_ids, static_cast<int64_t>(ids.size()), out.f32(), stream_);
+    cuda::gather_rows(dw, d_ids, static_cast<int64_t>(ids.size()), out.out_f32(), stream_);
     return;
   }
   gather_streamed(out, table, ids);

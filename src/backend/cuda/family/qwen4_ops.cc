@@ -29,7 +29,7 @@ void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int 
   need(n >= 1 && m.numel() == T * n * D && xn.numel() == T * n * D, "hc_read_mix",
        "m, xn [T, n*D] with u " + u.shape_str() + ", n " + std::to_string(n),
        m.shape_str() + ", " + xn.shape_str());
-  cuda::hc_read_mix(u.f32(), m.f32(), xn.f32(), T, n, D, stream_);
+  cuda::hc_read_mix(u.out_f32({&m, &xn}), m.f32(), xn.f32(), T, n, D, stream_);
 }
 
 void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
@@ -47,7 +47,7 @@ void CudaBackend::ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const 
   need(T * D > 0 && G.numel() == T * n * D && kn.numel() == G.numel() && qn.numel() == G.numel(), "ple_gate",
        "G, kn, qn [T, n*D] for v " + v.shape_str(),
        G.shape_str() + ", " + kn.shape_str() + ", " + qn.shape_str());
-  cuda::ple_gate(G.f32(), kn.f32(), qn.f32(), v.f32(), T, static_cast<int>(n), D, stream_);
+  cuda::ple_gate(G.out_f32({&kn, &qn, &v}), kn.f32(), qn.f32(), v.f32(), T, static_cast<int>(n), D, stream_);
 }
 
 void CudaBackend::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kraw, int64_t pos0,

@@ -49,7 +49,7 @@ void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int
   need(static_cast<int64_t>(dw.cols) == K && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
        "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
   check_matmul_args(out, x, w, row0, n);
-  linear(out.f32(), x.f32(), T, dw, row0, n);
+  linear(out.out_f32({&x}), x.f32(), T, dw, row0, n);
 }
 
 void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {

@@ -18,16 +18,16 @@ void CudaBackend::causal_conv1d(Tensor& out, const Tensor& x, const Weight& w, T
   OpScope op_scope(op_times_, stream_, "conv1d");
   check_causal_conv1d_args(out, x, w, state, dilation);
   const int64_t T = x.rows(), C = x.cols(), K = w.cols();
-  cuda::causal_conv1d(out.f32(), x.f32(), param_f32(w, "causal_conv1d"), state.f32(), T, C, K, dilation,
-                      act_code(act), stream_);
+  cuda::causal_conv1d(out.out_f32({&x, &state}), x.f32(), param_f32(w, "causal_conv1d"), state.f32(), T, C, K,
+                      dilation, act_code(act), stream_);
 }
 
 void CudaBackend::gdn_gates(Tensor& g, Tensor& beta, const Tensor& a, const Tensor& b, const Weight& A_log,
                             const Weight& dt_bias) {
   OpScope op_scope(op_times_, stream_, "gdn gates");
   const int64_t Hv = A_log.numel(), T = check_gdn_gates_args(g, beta, a, b, A_log, dt_bias);
-  cuda::gdn_gates(g.f32(), beta.f32(), a.f32(), b.f32(), param_f32(A_log, "gdn_gates"),
-                  param_f32(dt_bias, "gdn_gates"), T, Hv, stream_);
+  cuda::gdn_gates(g.out_f32({&a, &b}), beta.out_f32({&a, &b}), a.f32(), b.f32(),
+                  param_f32(A_log, "gdn_gates"), param_f32(dt_bias, "gdn_gates"), T, Hv, stream_);
 }
 
 void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
@@ -40,8 +40,8 @@ void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k
        "dk, dv in 1..128 (CUDA kernels)", q.shape_str() + " " + v.shape_str());
   if (T == 0 || Hv == 0) return;
   if (!chunked) {
-    cuda::gated_delta_rule(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(), T, Hk, Hv,
-                           dk, dv, l2norm_qk, stream_);
+    cuda::gated_delta_rule(out.out_f32({&q, &k, &v, &g, &beta, &state}), q.f32(), k.f32(), v.f32(), g.f32(),
+                           beta.f32(), state.f32(), T, Hk, Hv, dk, dv, l2norm_qk, stream_);
     return;
   }
   // The chunked form's per-chunk records (W, U, Qe, Kdᵀ, Attn) live in a workspace of at most ~64 MiB: long
@@ -52,9 +52,9 @@ void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k
   // From the pool without alloc's zero fill: every record is written before it is read.
   const auto ws =
       pool_.get(static_cast<size_t>(ws_chunks * per_chunk) * sizeof(float), "gdn chunk workspace");
-  cuda::gated_delta_rule_chunked(out.f32(), q.f32(), k.f32(), v.f32(), g.f32(), beta.f32(), state.f32(),
-                                 static_cast<float*>(ws.get()), ws_chunks, T, Hk, Hv, dk, dv, l2norm_qk,
-                                 stream_);
+  cuda::gated_delta_rule_chunked(out.out_f32({&q, &k, &v, &g, &beta, &state}), q.f32(), k.f32(), v.f32(),
+                                 g.f32(), beta.f32(), state.f32(), static_cast<float*>(ws.get()), ws_chunks,
+                                 T, Hk, Hv, dk, dv, l2norm_qk, stream_);
 }
 
 }  // namespace bloomery::cuda

@@ -25,8 +25,8 @@ void CudaBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor&
   need(ids.type() == ElemType::I32 && ids.numel() == T * k && weights.numel() == T * k, "route_softmax_topk",
        "ids (I32) and weights of [" + std::to_string(T) + ", " + std::to_string(k) + "]",
        ids.shape_str() + " " + weights.shape_str());
-  cuda::route_softmax_topk(ids.i32(), weights.f32(), logits.f32(), T, E, static_cast<int>(k), r.renormalize,
-                           stream_);
+  cuda::route_softmax_topk(ids.out_i32({&logits}), weights.out_f32({&logits}), logits.f32(), T, E,
+                           static_cast<int>(k), r.renormalize, stream_);
 }
 
 // ---- routed experts --------------------------------------------------------------------------------------
@@ -88,7 +88,8 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
     moe_gate_up(set.tab, set.gate_fmt, ids.i32(), P, static_cast<int>(k), x.f32(), D, I, swiglu_limit, h,
                 stream_);
     moe_down(set.tab, set.down_fmt, ids.i32(), P, h, I, D, y, stream_);
-    moe_combine(out.f32(), y, nullptr, weights.f32(), T, static_cast<int>(k), D, stream_);
+    moe_combine(out.out_f32({&x, &ids, &weights}), y, nullptr, weights.f32(), T, static_cast<int>(k), D,
+                stream_);
     return;
   }
 
@@ -114,7 +115,8 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
       grouped_gemm(set.tab.up, E, offsets, pn, I, D, set.up_fmt, xs, u, stream_);
       cuda::swiglu(g, g, u, swiglu_limit, pn * I, stream_);
       grouped_gemm(set.tab.down, E, offsets, pn, D, I, set.down_fmt, g, xs, stream_);
-      moe_combine(out.f32() + t0 * D, xs, pos, weights.f32() + t0 * k, tn, static_cast<int>(k), D, stream_);
+      moe_combine(out.out_f32({&x, &ids, &weights}) + t0 * D, xs, pos, weights.f32() + t0 * k, tn,
+                  static_cast<int>(k), D, stream_);
     }
     return;
   }
@@ -154,7 +156,7 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
       I = std::max<int64_t>(I, ew.gate->rows());
       max_count = std::max<int64_t>(max_count, static_cast<int64_t>(rows[e].size()));
     }
-  cuda::fill(out.f32(), out.numel(), 0.0f, stream_);
+  cuda::fill(out.out_f32({&x, &ids, &weights}), out.numel(), 0.0f, stream_);
   if (max_count == 0) return;
   // Scratch: xs [c, D], gate [c, I], up [c, I], ys [c, D].
   float* base =
