@@ -153,6 +153,20 @@ class Backend : public virtual FamilyOps {
   // ---- linear algebra ------------------------------------------------------------------------------------
   // out[T, N] = x[T, K] · W[N, K]ᵀ.  W may have more than 2 dims (its rows are shape[0], cols the rest).
   virtual void matmul(Tensor& out, const Tensor& x, const Weight& w) = 0;
+  // out = post · act(pre · x·Wᵀ): a product with the elementwise tail models put after it (the hyper-
+  // connection reads' 1/n scale and activation, sigmoid gates). Each step rounds as the separate ops do, so a
+  // fused backend gives the same bits. Default: matmul, then scale / activate / scale.
+  struct Epilogue {
+    float pre = 1.0f;
+    Act act = Act::None;
+    float post = 1.0f;
+  };
+  virtual void matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Epilogue& e) {
+    matmul(out, x, w);
+    if (e.pre != 1.0f) scale(out, out, e.pre);
+    if (e.act != Act::None) activate(out, out, e.act);
+    if (e.post != 1.0f) scale(out, out, e.post);
+  }
   // out[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ (a block of a weight's rows, e.g. one head group).
   virtual void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) = 0;
   // out[T, D] = table[ids[t], :] (embedding gather; works for dense and streamed weights).

@@ -655,8 +655,7 @@ class Glm5Next final : public BatchedModel {
     Tensor g = be.alloc({T, c_.Hl, c_.dl});
     be.kda_gate(g, f, *w.dt_bias, *w.A_log, c_.has_lower, c_.lower);
     Tensor beta = be.alloc({T, c_.Hl});
-    be.matmul(beta, h, *w.b);
-    be.activate(beta, beta, Act::Sigmoid);
+    be.matmul_epilogue(beta, h, *w.b, {.act = Act::Sigmoid});
     Tensor o = be.alloc({T, c_.Hl, c_.dl});
     for (KdaSlot& s : slots) {
       Tensor os = o.slice(s.r0, s.T);
@@ -699,8 +698,7 @@ class Glm5Next final : public BatchedModel {
       be.matmul(k, h, *w.wk);
       be.layer_norm(k, k, *w.k_norm_w, *w.k_norm_b, 1e-6f);
       be.matmul(gs, h, *w.gate);
-      be.matmul(wts, h, *w.weights);
-      be.scale(wts, wts, 1.0f / std::sqrt(static_cast<float>(c_.Hi)));
+      be.matmul_epilogue(wts, h, *w.weights, {.pre = 1.0f / std::sqrt(static_cast<float>(c_.Hi))});
     }
     Tensor o = be.alloc({T, c_.H, c_.dv});
     for (const DsaSlot& s : slots) {

@@ -559,18 +559,14 @@ class Qwen4Exp final : public BatchedModel {
     Tensor xn = be.alloc({T, n * D});
     be.rms_norm(xn, X, h.norm, c_.eps, NormKind::OnePlus, D);
     Tensor a = be.alloc({T, c_.r});
-    be.matmul(a, xn, *h.down);
-    be.scale(a, a, 1.0f / static_cast<float>(n));
-    be.activate(a, a, Act::Silu);
+    be.matmul_epilogue(a, xn, *h.down, {.pre = 1.0f / static_cast<float>(n), .act = Act::Silu});
     Tensor m = be.alloc({T, n * D});
     be.matmul(m, a, *h.up);
     Tensor u = be.alloc({T, D});
     be.hc_read_mix(u, m, xn, static_cast<int>(n));
     if (inj && h.inject) {
-      be.matmul(*inj, xn, *h.inject);
-      be.scale(*inj, *inj, 1.0f / static_cast<float>(n));
-      be.activate(*inj, *inj, Act::Sigmoid);
-      be.scale(*inj, *inj, 2.0f);
+      be.matmul_epilogue(*inj, xn, *h.inject,
+                         {.pre = 1.0f / static_cast<float>(n), .act = Act::Sigmoid, .post = 2.0f});
     }
     return u;
   }

@@ -99,8 +99,7 @@ void qwen_moe(Backend& be, const QwenMoe& m, const QwenConfig& c, const Tensor& 
   be.matmul(u, x, *m.sh_up);
   be.swiglu(g, g, u);
   be.matmul(s, g, *m.sh_down);
-  be.matmul(sg, x, *m.sh_gate_w);
-  be.activate(sg, sg, Act::Sigmoid);
+  be.matmul_epilogue(sg, x, *m.sh_gate_w, {.act = Act::Sigmoid});
   be.scale_rows(s, s, sg);
   be.add(y, y, s);
 }

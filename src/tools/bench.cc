@@ -175,8 +175,9 @@ int run_bench(int argc, char** argv) {
          "every tg row twice, repeat by repeat, main then candidate (CUDA): 'gemv' the GEMV kernel "
          "variant 1 (BLOOMERY_CUDA_GEMV=1) against 2, rows 'tgN' and 'tgN+gemv2'; 'eager-zero' a memset "
          "at every alloc (BLOOMERY_CUDA_EAGER_ZERO=1) against the deferred zero fill, rows 'tgN' and "
-         "'tgN+lazy-zero'")
-      ->check(CLI::IsMember({"gemv", "eager-zero"}));
+         "'tgN+lazy-zero'; 'epilogue' a product's scale/activation tail as separate ops "
+         "(BLOOMERY_CUDA_FUSE_EPILOGUE=0) against fused into the GEMV, rows 'tgN' and 'tgN+fused'")
+      ->check(CLI::IsMember({"gemv", "eager-zero", "epilogue"}));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
       "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
@@ -301,12 +302,14 @@ int run_bench(int argc, char** argv) {
     if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
       if (ab_knob == "gemv")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
-      else
+      else if (ab_knob == "eager-zero")
         hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
+      else
+        hooks.set_ab = [cb](bool candidate) { cb->set_fuse_epilogues(candidate); };
     }
 #endif
     if (!hooks.set_ab) raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "a CUDA backend", backend_name);
-    bp.ab = ab_knob == "gemv" ? "gemv2" : "lazy-zero";
+    bp.ab = ab_knob == "gemv" ? "gemv2" : (ab_knob == "eager-zero" ? "lazy-zero" : "fused");
     hooks.set_ab(false);
   }
   auto to_json = [&](const BenchRow& r) {

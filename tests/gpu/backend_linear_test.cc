@@ -85,6 +85,34 @@ TEST_F(CudaLinear, StoredFormatsAtModelShapes) {
   }
 }
 
+// The fused epilogue (scale, activation, scale in the GEMV's store, or one pass after the GEMM) must give the
+// bits of the separate ops it replaces, on every GEMV path (split-K, element path for odd K) and the GEMM.
+TEST_F(CudaLinear, FusedEpilogueEqualsSeparateOps) {
+  const Backend::Epilogue tails[] = {{.pre = 0.25f, .act = Act::Silu},
+                                     {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f},
+                                     {.act = Act::Sigmoid},
+                                     {.pre = 0.125f}};
+  for (auto [f, n, k] : {std::tuple{FormatId::BF16, 320, 10240}, std::tuple{FormatId::NVFP4, 640, 2560},
+                         std::tuple{FormatId::FP8_BLOCK, 300, 2600}}) {
+    auto s = make_stored(f, n, k, rng_);
+    Weight wg = gpu_->upload_stored("w", {n, k}, s->wb);
+    for (int64_t T : {1, 4, 20}) {
+      Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
+      for (const Backend::Epilogue& e : tails) {
+        Tensor fused = gpu_->alloc({T, n}), separate = gpu_->alloc({T, n});
+        gpu_->set_fuse_epilogues(true);
+        gpu_->matmul_epilogue(fused, x, wg, e);
+        gpu_->set_fuse_epilogues(false);
+        gpu_->matmul_epilogue(separate, x, wg, e);
+        gpu_->set_fuse_epilogues(true);
+        expect_close(gpu_->download(fused), gpu_->download(separate), 0, 0,
+                     std::string(format_name(f)) + " T=" + std::to_string(T) + " act " +
+                         std::to_string(static_cast<int>(e.act)));
+      }
+    }
+  }
+}
+
 TEST_F(CudaLinear, GatherRowsStored) {
   for (FormatId f : {FormatId::BF16, FormatId::NVFP4, FormatId::MXFP8}) {
     auto s = make_stored(f, 4096, 2560, rng_);

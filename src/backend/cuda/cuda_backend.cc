@@ -129,6 +129,11 @@ bool CudaBackend::eager_zero_from_env() {
   return v && std::string_view(v) == "1";
 }
 
+bool CudaBackend::fuse_epilogues_from_env() {
+  const char* v = std::getenv("BLOOMERY_CUDA_FUSE_EPILOGUE");
+  return !(v && std::string_view(v) == "0");
+}
+
 Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
   int64_t n = 1;
   for (int64_t d : shape) {

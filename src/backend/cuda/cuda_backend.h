@@ -84,6 +84,10 @@ class CudaBackend final : public Backend {
 
   void matmul(Tensor& out, const Tensor& x, const Weight& w) override;
   void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) override;
+  // The epilogue in the GEMV's store (one kernel), or after the GEMM; off: the separate ops (bench A/B,
+  // BLOOMERY_CUDA_FUSE_EPILOGUE=0).
+  void matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Backend::Epilogue& e) override;
+  void set_fuse_epilogues(bool on) { fuse_epilogues_ = on; }
   void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) override;
   void prefetch_rows(const Weight& table, std::span<const int64_t> ids) override;
 
@@ -160,7 +164,8 @@ class CudaBackend final : public Backend {
   // Builds a Weight around a CudaWeight (adds the f32 dense copy of small dense weights).
   Weight wrap(std::string name, std::vector<int64_t> shape, std::shared_ptr<CudaWeight> cw);
   // y = x · W[row0 : row0 + n]ᵀ on raw pointers (GEMV for few rows, tiled GEMM for many).
-  void linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n);
+  void linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n,
+              const cuda::Epilogue& e = {});
 
   // qwen4_exp's QSA tie count inside captured steps: accumulated on the card, read after the step.
   void report_graph_ties();
@@ -179,6 +184,8 @@ class CudaBackend final : public Backend {
   OpTimes op_times_;
   bool zero_fill_eager_ = eager_zero_from_env();
   static bool eager_zero_from_env();
+  bool fuse_epilogues_ = fuse_epilogues_from_env();
+  static bool fuse_epilogues_from_env();
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

@@ -17,7 +17,19 @@ enum ActCode : int { kActNone = 0, kActSilu = 1, kActSigmoid = 2, kActSoftplus =
 // ---- gemv / gemm (y[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ, W in its stored format) ----------------------
 // Decode GEMV: 1 ≤ T ≤ 8 rows share one pass over the weight. K = w.cols.
 constexpr int kGemvMaxRows = 8;
-void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s);
+// The elementwise tail of a product (Backend::Epilogue): y = post · act(pre · y), each step rounded as the
+// separate scale / activate kernels round it.
+struct Epilogue {
+  float pre = 1.0f;
+  int act = kActNone;
+  float post = 1.0f;
+  bool none() const { return pre == 1.0f && act == kActNone && post == 1.0f; }
+};
+// The split-K kernel applies `e` as it stores; the other GEMV paths run epilogue() after.
+void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
+          const Epilogue& e = {});
+// y[i] = e(y[i]) for i < n, in place (products whose kernel has no epilogue of its own: GEMM, old GEMV).
+void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s);
 // The GEMV kernel in use (gemv.cu: 1 = a warp per row, 2 = split-K with loads ahead, the default;
 // BLOOMERY_CUDA_GEMV picks it at start, set_gemv_variant between steps for A/B measurements).
 int gemv_variant();

@@ -12,8 +12,8 @@ namespace bloomery::cuda {
 
 // ---- matmul ----------------------------------------------------------------------------------------------
 
-void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0,
-                         int64_t n) {
+void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n,
+                         const cuda::Epilogue& e) {
   const int64_t K = static_cast<int64_t>(dw.cols);
   // Few rows: one GEMV pass (memory-bound, f32, the weight read once per 8 rows). More: the tensor-core GEMM
   // (gemm(): the weight read once per 128 rows). Measured on the H200 (gemm_tc_test GemvGemmCrossover,
@@ -36,10 +36,11 @@ void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight
   if (T <= kGemvUpTo) {
     for (int64_t t0 = 0; t0 < T; t0 += kGemvMaxRows) {
       const int rows = static_cast<int>(std::min<int64_t>(kGemvMaxRows, T - t0));
-      gemv(dw, row0, n, x + t0 * K, rows, y + t0 * n, stream_);
+      gemv(dw, row0, n, x + t0 * K, rows, y + t0 * n, stream_, e);
     }
   } else {
     gemm(dw, row0, n, x, T, y, stream_);
+    epilogue(y, T * n, e, stream_);
   }
 }
 
@@ -54,6 +55,15 @@ void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int
 
 void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {
   matmul_rows(out, x, w, 0, w.rows());
+}
+
+void CudaBackend::matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Backend::Epilogue& e) {
+  if (!fuse_epilogues_) return Backend::matmul_epilogue(out, x, w, e);  // the separate ops (bench A/B)
+  const DeviceWeight& dw = device_weight(w, "matmul");
+  need(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
+       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
+  check_matmul_args(out, x, w, 0, w.rows());
+  linear(out.out_f32({&x}), x.f32(), x.rows(), dw, 0, w.rows(), {e.pre, act_code(e.act), e.post});
 }
 
 }  // namespace bloomery::cuda

@@ -18,6 +18,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -187,7 +188,7 @@ constexpr int kLoadsAhead = W == Width::Fp4 ? 4 : 2;
 template <Width W, int R>
 __global__ void __launch_bounds__(kSplitWarps * 32)
     gemv_split(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
-               float* __restrict__ y, int ks) {
+               float* __restrict__ y, int ks, Epilogue e) {
   constexpr int E = Unit<W>::kElems, U = kLoadsAhead<W>;
   constexpr bool kScaled = W == Width::Fp8 || W == Width::Fp4;
   __shared__ float part[kSplitWarps][R][kGemvMaxRows];
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
       const float s = warp_sum(acc[j][t]);
       if (lane != 0 || j >= rows) continue;
       if (ks == 1)
-        y[t * n + r0 + j] = s * post;
+        y[t * n + r0 + j] = epilogue_apply(e.pre, e.act, e.post, s * post);
       else
         part[warp][j][t] = s;
     }
@@ -260,7 +261,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   if (wk != 0 || j >= rows || p >= R * T) return;
   float s = 0.0f;
   for (int q = 0; q < ks; ++q) s += part[group * ks + q][j][t];
-  y[t * n + r0 + j] = s * post;
+  y[t * n + r0 + j] = epilogue_apply(e.pre, e.act, e.post, s * post);
 }
 
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
@@ -274,29 +275,29 @@ int split_ways(int64_t row_groups, uint64_t units, int U) {
 
 template <Width W, int R>
 void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
-                  cudaStream_t s) {
+                  cudaStream_t s, const Epilogue& e) {
   const int64_t row_groups = (n + R - 1) / R;
   const int ks = split_ways(row_groups, w.cols / Unit<W>::kElems, kLoadsAhead<W>);
   const int64_t groups_per_block = kSplitWarps / ks;
   const unsigned blocks = static_cast<unsigned>((row_groups + groups_per_block - 1) / groups_per_block);
-  gemv_split<W, R><<<blocks, kSplitWarps * 32, 0, s>>>(w, row0, n, x, T, y, ks);
+  gemv_split<W, R><<<blocks, kSplitWarps * 32, 0, s>>>(w, row0, n, x, T, y, ks, e);
 }
 
 template <int R>
 void launch_split_width(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
-                        cudaStream_t s) {
+                        cudaStream_t s, const Epilogue& e) {
   switch (width_of(w.format)) {
     case Width::F32:
-      launch_split<Width::F32, R>(w, row0, n, x, T, y, s);
+      launch_split<Width::F32, R>(w, row0, n, x, T, y, s, e);
       break;
     case Width::Half:
-      launch_split<Width::Half, R>(w, row0, n, x, T, y, s);
+      launch_split<Width::Half, R>(w, row0, n, x, T, y, s, e);
       break;
     case Width::Fp8:
-      launch_split<Width::Fp8, R>(w, row0, n, x, T, y, s);
+      launch_split<Width::Fp8, R>(w, row0, n, x, T, y, s, e);
       break;
     case Width::Fp4:
-      launch_split<Width::Fp4, R>(w, row0, n, x, T, y, s);
+      launch_split<Width::Fp4, R>(w, row0, n, x, T, y, s, e);
       break;
   }
 }
@@ -331,17 +332,19 @@ bool unit_path(const DeviceWeight& w) {
   return true;
 }
 
-void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s) {
+void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
+          const Epilogue& e) {
   if (n == 0 || T == 0) return;
   const bool x_aligned = (reinterpret_cast<uintptr_t>(x) % 16) == 0;
+  const bool split = unit_path(w) && x_aligned && gemv_variant() == 2;  // the kernel with the epilogue
   if (!unit_path(w) || !x_aligned) {
     const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
     gemv_elements<<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
-  } else if (gemv_variant() == 2) {
+  } else if (split) {
     if (T <= 2)
-      launch_split_width<1>(w, row0, n, x, T, y, s);
+      launch_split_width<1>(w, row0, n, x, T, y, s, e);
     else
-      launch_split_width<4>(w, row0, n, x, T, y, s);
+      launch_split_width<4>(w, row0, n, x, T, y, s, e);
   } else {
     if (T <= 2)
       launch_units<1>(w, row0, n, x, T, y, s);
@@ -351,6 +354,7 @@ void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
   BLOOMERY_CUDA_CHECK_LAUNCH("gemv " + std::string(format_name(w.format)) + " W[" + std::to_string(w.rows) +
                              ", " + std::to_string(w.cols) + "] rows " + std::to_string(row0) + "+" +
                              std::to_string(n) + " x[" + std::to_string(T) + "]");
+  if (!split) epilogue(y, n * T, e, s);
 }
 
 }  // namespace bloomery::cuda

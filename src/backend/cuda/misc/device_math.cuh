@@ -20,6 +20,11 @@ __device__ __forceinline__ float act_apply(int act, float x) {
   }
 }
 
+// A product's epilogue (kernels.h Epilogue): post · act(pre · v), each product rounded on its own.
+__device__ __forceinline__ float epilogue_apply(float pre, int act, float post, float v) {
+  return __fmul_rn(act_apply(act, __fmul_rn(v, pre)), post);
+}
+
 __device__ __forceinline__ float warp_reduce_sum(float v) {
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);

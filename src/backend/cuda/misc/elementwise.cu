@@ -46,6 +46,10 @@ __global__ void activate_k(float* out, const float* x, int act, int64_t n) {
   GRID_STRIDE(i, n) out[i] = act_apply(act, x[i]);
 }
 
+__global__ void epilogue_k(float* y, Epilogue e, int64_t n) {
+  GRID_STRIDE(i, n) y[i] = epilogue_apply(e.pre, e.act, e.post, y[i]);
+}
+
 __global__ void scale_rows_k(float* out, const float* x, const float* s, int64_t R, int64_t C) {
   GRID_STRIDE(i, R * C) out[i] = x[i] * s[i / C];
 }
@@ -97,6 +101,12 @@ void activate(float* out, const float* x, int act, int64_t n, cudaStream_t s) {
   if (n == 0) return;
   activate_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, x, act, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("activate " + sz(n));
+}
+
+void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s) {
+  if (n == 0 || e.none()) return;
+  epilogue_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, e, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("epilogue " + sz(n));
 }
 
 void scale_rows(float* out, const float* x, const float* sc, int64_t R, int64_t C, cudaStream_t s) {
