@@ -102,9 +102,9 @@ def selection(self, hidden_states, position_embeddings, attention_mask):
             sees = torch.arange(nb, device=dev)[None, :] < n_complete[:, None]  # [T, nb]
             scores = s.masked_fill(~sees, float("-inf"))
             top = scores.topk(min(self.block_topk, nb), dim=-1).indices  # [B, T, k]
-            # a row with fewer complete blocks than k also got -inf picks: keep only blocks it sees
-            keep = torch.gather(sees[None].expand(B, T, nb), -1, top)
-            blocks = torch.zeros(B, T, nb, dtype=torch.bool, device=dev).scatter(-1, top, keep)
+            # one-hot of the picks (no scatter: tiny, and deterministic on any device); a row with fewer
+            # complete blocks than k also got -inf picks, so only the blocks it sees are kept
+            blocks = (top.unsqueeze(-1) == torch.arange(nb, device=dev)).any(dim=-2) & sees  # [B, T, nb]
             selected[..., : nb * c] |= blocks.repeat_interleave(c, dim=-1)
     return selected, scores
 
@@ -132,6 +132,9 @@ class _Recorder:
         self.hooks = [m.register_forward_hook(self._hook) for m in indexers(module)]
 
     def _hook(self, m, args, out):
+        if len(args) < 3:  # transformers' attention passes them positionally; a change there must not pass silently
+            raise AssertionError(f"QSA indexer called with {len(args)} positional arguments, expected hidden "
+                                 "states, position embeddings and mask")
         hs, pe, mask = args[0], args[1], args[2]
         self.calls.append((m, hs.detach().clone(), tuple(t.detach().clone() for t in pe), mask.detach().clone(),
                            out.detach().clone()))
@@ -147,9 +150,10 @@ def _original(m, hs, pe, mask):
 
 def compare_call(m, hs, pe, mask, rel_tie=1e-5):
     """The batched forward against the original run one sequence at a time on the same inputs. Returns
-    (rows, differing rows, near-tie rows among them). A differing row is a near tie when the k-th and (k+1)-th
-    block scores of that row are within rel_tie (relative): a last-bit difference of the score sums may pick
-    either block there."""
+    (rows, differing rows, near-tie rows among them, first differing row position or None). A differing row is
+    a near tie when the k-th and (k+1)-th block scores of that row are within rel_tie (relative, or both 0):
+    there the reference's choice is itself arbitrary (topk order of equal values, or a last-bit difference of
+    the score sums), so either pick is the reference's selection."""
     import torch
 
     B, T = hs.shape[:2]
@@ -162,15 +166,17 @@ def compare_call(m, hs, pe, mask, rel_tie=1e-5):
     rows_diff = (got != want)[:, 0].any(-1)  # [B, T]
     n_diff = int(rows_diff.sum())
     n_tie = 0
+    first = None
     if n_diff:
         _, scores = selection(m, hs, pe, mask)
         k = m.block_topk
         for b, t in rows_diff.nonzero().tolist():
+            first = t if first is None else min(first, t)
             s = scores[b, t]
             s = s[torch.isfinite(s)].sort(descending=True).values
-            if len(s) > k and float(s[k - 1] - s[k]) <= rel_tie * max(abs(float(s[k - 1])), 1e-30):
+            if len(s) > k and float(s[k - 1] - s[k]) <= rel_tie * abs(float(s[k - 1])):
                 n_tie += 1
-    return B * T, n_diff, n_tie
+    return B * T, n_diff, n_tie, first
 
 
 def dropped_fraction(m, hs, pe, mask):
@@ -187,84 +193,95 @@ def _rel(a, b):
     return ((a - b).abs().amax(-1) / b.abs().amax(-1).clamp_min(1e-30)).flatten()
 
 
+class _Tally:
+    def __init__(self):
+        self.calls = self.rows = self.diff = self.ties = 0
+        self.drops = []
+
+    def add(self, calls, where):
+        """Compares recorded calls; every row that differs must be a near tie. Returns the first such row."""
+        first = None
+        for m, hs, pe, mask, _ in calls:
+            r, d, t, f = compare_call(m, hs, pe, mask)
+            if d > t:
+                raise AssertionError(f"batched QSA indexer differs from the original on {d} of {r} rows ({where}; "
+                                     f"{t} of them at near ties)")
+            self.calls, self.rows, self.diff, self.ties = self.calls + 1, self.rows + r, self.diff + d, self.ties + t
+            self.drops.append(dropped_fraction(m, hs, pe, mask))
+            if f is not None:
+                first = f if first is None else min(first, f)
+        return first
+
+
+def _recorded(model, mods, fn):
+    rm, rd = _Recorder(model), _Recorder(mods)
+    try:
+        out = fn()
+    finally:
+        rm.remove()
+        rd.remove()
+    return out, rm.calls, rd.calls
+
+
 def check(model, mods, run_main, run_draft, windows, say):
-    """Start-up check on the device, before any training step:
-    1. every indexer call of a batch-B forward (target and draft): the batched forward equals the original run
-       sequence by sequence on the same inputs, bit for bit, except rows at a numeric near tie (at most 1 %);
-    2. the patched model at batch 1 gives the original model's logits and draft logits bit for bit (when no
-       near tie was seen), and at batch B each row's logits within 1e-4 of its batch-1 run (GEMM shapes differ);
-    3. the indexer drops at least half the visible keys of the late rows.
-    run_main(x) -> logits and run_draft(x) -> draft logits run the model (eval, no grad). Raises AssertionError
-    with the numbers on any failure; returns a summary line."""
+    """Start-up check on the device, before any training step (and again on the trained weights):
+    1. every indexer call of a batch-B forward (target and draft) and of each batch-1 forward: the batched
+       forward equals the original, run sequence by sequence on the same inputs, bit for bit, except rows at a
+       near tie (compare_call);
+    2. the patched model at batch 1 gives the original model's logits and draft logits bit for bit (up to the
+       first near-tie row, when a call had one: later positions may see the other block);
+    3. at batch B each row's logits are those of its batch-1 run within 1e-4 (GEMM shapes differ) at >= 95 % of
+       the positions, median <= 1e-5;
+    4. the indexer drops at least half of the late rows' visible keys.
+    run_main(x) -> logits and run_draft(x) -> draft logits run the model (eval). Leaves the indexers patched.
+    Raises AssertionError with the numbers on any failure; returns a summary line."""
     import torch
 
-    assert not any(is_patched(m) for m in indexers(model)) and not any(is_patched(m) for m in indexers(mods))
+    if any(is_patched(m) for m in indexers(model) + indexers(mods)):
+        raise AssertionError("check() needs the original indexers (unpatch first)")
     n_main, n_draft = len(indexers(model)), len(indexers(mods))
     if n_main == 0 or n_draft == 0:
         raise AssertionError(f"QSA indexers found: target {n_main}, draft {n_draft}; expected both > 0")
     B = windows.shape[0]
+    tally = _Tally()
+    exact_all = True
+    worst1 = 0.0
     with torch.no_grad():
-        ref_main = [run_main(windows[b:b + 1]) for b in range(B)]
-        ref_draft = [run_draft(windows[b:b + 1]) for b in range(B)]
-        # the original at batch B fails or not depending on the mask / cos shapes: record the calls patched
+        ref = [(run_main(windows[b:b + 1]), run_draft(windows[b:b + 1])) for b in range(B)]
         patch(model)
         patch(mods)
-        rec_m, rec_d = _Recorder(model), _Recorder(mods)
-        try:
-            got_main = run_main(windows)
-            got_draft = run_draft(windows)
-        finally:
-            rec_m.remove()
-            rec_d.remove()
-        rows = diff = ties = 0
-        drops = []
-        for rec in (rec_m, rec_d):
-            for m, hs, pe, mask, out in rec.calls:
-                if hs.shape[0] != B:
-                    raise AssertionError(f"indexer call with batch {hs.shape[0]}, expected {B}")
-                r, d, t = compare_call(m, hs, pe, mask)
-                rows, diff, ties = rows + r, diff + d, ties + t
-                drops.append(dropped_fraction(m, hs, pe, mask))
-        n_calls = len(rec_m.calls) + len(rec_d.calls)
-        if len(rec_m.calls) < n_main or len(rec_d.calls) != n_draft:  # run_draft may run the target again
-            raise AssertionError(f"indexer calls in one target + draft forward: target {len(rec_m.calls)} (expected "
-                                 f">= {n_main}), draft {len(rec_d.calls)} (expected {n_draft})")
-        if diff - ties > 0 or ties > 0.01 * rows:
-            raise AssertionError(f"batched QSA indexer differs from the original on {diff} of {rows} rows "
-                                 f"({ties} at near ties)")
-        if min(drops) < 0.5:
-            raise AssertionError(f"QSA indexer drops only {min(drops):.2f} of the late rows' visible keys")
-        # the patched model at batch 1; its indexer calls are compared too (a near tie there explains a difference)
-        rec1_m, rec1_d = _Recorder(model), _Recorder(mods)
-        try:
-            pb1_main = [run_main(windows[b:b + 1]) for b in range(B)]
-            pb1_draft = [run_draft(windows[b:b + 1]) for b in range(B)]
-        finally:
-            rec1_m.remove()
-            rec1_d.remove()
-        for m, hs, pe, mask, out in rec1_m.calls + rec1_d.calls:
-            r, d, t = compare_call(m, hs, pe, mask)
-            if d > t:
-                raise AssertionError(f"batched QSA indexer at batch 1 differs from the original on {d} rows "
-                                     f"({t} near ties)")
-            rows, diff, ties = rows + r, diff + d, ties + t
-    exact = all(torch.equal(a, b) for a, b in zip(pb1_main + pb1_draft, ref_main + ref_draft))
-    worst1 = max(float(_rel(a, b).max()) for a, b in zip(pb1_main + pb1_draft, ref_main + ref_draft))
-    if not exact and ties == 0:
-        raise AssertionError(f"patched model at batch 1 differs from the original: max relative {worst1:.3g}")
-    if not exact:  # a near tie moved one block of one row: that position (and later ones) may differ
-        frac = float(torch.cat([(_rel(a, b) > 1e-5).float() for a, b in zip(pb1_main, ref_main)]).mean())
-        if frac > 0.05:
-            raise AssertionError(f"patched model at batch 1: {frac:.1%} of positions differ by more than 1e-5")
-    rel_b = torch.cat([_rel(got_main[b:b + 1], pb1_main[b]) for b in range(B)] +
-                      [_rel(got_draft[b:b + 1], pb1_draft[b]) for b in range(B)])
+        (got_main, got_draft), cm, cd = _recorded(model, mods, lambda: (run_main(windows), run_draft(windows)))
+        if len(cm) < n_main or len(cd) != n_draft:  # run_draft runs the target again
+            raise AssertionError(f"indexer calls in one target + draft forward: target {len(cm)} (expected "
+                                 f">= {n_main}), draft {len(cd)} (expected {n_draft})")
+        if any(c[1].shape[0] != B for c in cm + cd):
+            raise AssertionError(f"an indexer call did not get the batch of {B}")
+        tally.add(cm + cd, f"batch {B}")
+        pb1 = []
+        for b in range(B):
+            (pm, pd), cm1, cd1 = _recorded(model, mods, lambda: (run_main(windows[b:b + 1]),
+                                                                 run_draft(windows[b:b + 1])))
+            first = tally.add(cm1 + cd1, f"batch 1, window {b}")
+            upto = pm.shape[1] if first is None else first
+            for got, want, what in ((pm, ref[b][0], "logits"), (pd, ref[b][1], "draft logits")):
+                if not torch.equal(got[:, :upto], want[:, :upto]):
+                    raise AssertionError(f"patched model at batch 1, window {b}: {what} differ from the original "
+                                         f"before position {upto}: max relative {float(_rel(got, want).max()):.3g}")
+                exact_all = exact_all and torch.equal(got, want)
+                worst1 = max(worst1, float(_rel(got, want).max()))
+            pb1.append((pm, pd))
+    if min(tally.drops) < 0.5:
+        raise AssertionError(f"QSA indexer drops only {min(tally.drops):.2f} of the late rows' visible keys")
+    rel_b = torch.cat([_rel(got_main[b:b + 1], pb1[b][0]) for b in range(B)] +
+                      [_rel(got_draft[b:b + 1], pb1[b][1]) for b in range(B)])
     bad = float((rel_b > 1e-4).float().mean())
-    if bad > 0.02 or float(rel_b.median()) > 1e-5:
+    if bad > 0.05 or float(rel_b.median()) > 1e-5:
         raise AssertionError(f"patched model at batch {B} against batch 1: {bad:.1%} of positions beyond 1e-4, "
                              f"median {float(rel_b.median()):.3g}, max {float(rel_b.max()):.3g}")
-    line = (f"batched QSA indexer == original: {n_calls} indexer calls, {rows} rows, {diff} differ ({ties} near "
-            f"ties); batch-1 logits {'bit-identical' if exact else f'max relative {worst1:.3g}'}; batch {B} vs 1 "
-            f"max relative {float(rel_b.max()):.3g} ({bad:.2%} beyond 1e-4); late rows drop "
-            f"{min(drops):.2f}-{max(drops):.2f} of visible keys")
+    line = (f"batched QSA indexer == original: {tally.calls} indexer calls, {tally.rows} rows, {tally.diff} differ "
+            f"(all at near ties); batch-1 logits and draft logits "
+            f"{'bit-identical' if exact_all else f'bit-identical up to the first near tie (max relative {worst1:.3g})'}"
+            f"; batch {B} vs 1 max relative {float(rel_b.max()):.3g} ({bad:.2%} beyond 1e-4); late rows drop "
+            f"{min(tally.drops):.2f}-{max(tally.drops):.2f} of visible keys")
     say(line)
     return line

@@ -6,7 +6,7 @@
 #   --smoke: 8 steps and tiny evaluations (about 1-1.5 min): shows that training, the qwen4_exp indexer check,
 #   export and goldens all run; its outputs are named smoke-* and must never be committed.
 #   qwen4_exp alone, smoke first, one device call (no carry needed):
-#     FAMILIES=qwen4_exp bash scripts/gpu/trained.sh --smoke && FAMILIES=qwen4_exp MAX_SECONDS=200 bash scripts/gpu/trained.sh
+#     FAMILIES=qwen4_exp bash scripts/gpu/trained.sh --smoke && FAMILIES=qwen4_exp MAX_SECONDS=210 bash scripts/gpu/trained.sh
 # With the bundle carried (scripts/device-bundle.sh bloomery; carry [".devcarry"]) it also measures the
 # trained folders with `bloomery perplexity` on the CPU and CUDA engines into $OUT/trained-ppl.txt (the same
 # 256 windows of 128 as the f32 reference in logs/<family>.json; table: reference/trained/report.py).
