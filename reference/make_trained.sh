@@ -14,6 +14,13 @@ OUT=$(mkdir -p "${1:?usage: make_trained.sh OUT_DIR [--smoke]}" && cd "$1" && pw
 MODE=${2:-}
 HERE=$(cd "$(dirname "$0")" && pwd)
 PY=${PYTHON:-python3}
+# the master folders as absolute paths (relative ones are taken from where the script was started)
+absdir() { mkdir -p "$1" && cd "$1" && pwd; }
+MASTER_DIR=$(absdir "${MASTER_DIR:-$OUT/masters}")
+if [ -n "${FROM_MASTER_DIR:-}" ]; then
+  [ -d "$FROM_MASTER_DIR" ] || { echo "FAIL FROM_MASTER_DIR=$FROM_MASTER_DIR is not a folder"; exit 2; }
+  FROM_MASTER_DIR=$(cd "$FROM_MASTER_DIR" && pwd)
+fi
 export PYTHONUNBUFFERED=1 PYTHONHASHSEED=0 TOKENIZERS_PARALLELISM=false
 cd "$HERE"
 "$PY" -c 'import torch, transformers, tokenizers; print("torch", torch.__version__, "transformers", transformers.__version__, "tokenizers", tokenizers.__version__, "cuda", torch.cuda.is_available())'
@@ -26,13 +33,13 @@ args=()
 [ "$MODE" = "--smoke" ] && args+=(--smoke)
 [ -n "$MODE" ] && [ "$MODE" != "--smoke" ] && { echo "FAIL unknown option '$MODE' (expected --smoke or nothing)"; exit 2; }
 [ -n "${MAX_SECONDS:-}" ] && args+=(--max-seconds "$MAX_SECONDS")
-[ "$MODE" = "--smoke" ] || args+=(--save-master "${MASTER_DIR:-$OUT/masters}")
+[ "$MODE" = "--smoke" ] || args+=(--save-master "$MASTER_DIR")
 pids=()
 for fam in $FAMS; do
   fargs=("${args[@]}")
   if [ -n "${FROM_MASTER_DIR:-}" ]; then
     [ -f "$FROM_MASTER_DIR/master-$fam.npz" ] || { echo "FAIL no $FROM_MASTER_DIR/master-$fam.npz"; exit 2; }
-    fargs+=(--from-master "$(cd "$FROM_MASTER_DIR" && pwd)/master-$fam.npz")
+    fargs+=(--from-master "$FROM_MASTER_DIR/master-$fam.npz")
   fi
   "$PY" -m trained.train "$OUT/gen" --family "$fam" "${fargs[@]}" > "$OUT/train-$fam.log" 2>&1 &
   pids+=($!)
@@ -41,7 +48,7 @@ status=0
 i=0
 for fam in $FAMS; do
   if wait "${pids[$i]}"; then echo "PASS $fam (log: $OUT/train-$fam.log)"; else echo "FAIL $fam (log: $OUT/train-$fam.log)"; status=1; fi
-  grep -E '^(PASS|FAIL|NOTE)|held-out PPL|parameters|trained ' "$OUT/train-$fam.log" | sed "s/^/  /" || true
+  grep -E '^(PASS|FAIL|NOTE)|held-out PPL|parameters|trained |batched QSA indexer ==' "$OUT/train-$fam.log" | sed "s/^/  /" || true
   i=$((i + 1))
 done
 # One tar per family (the GPU machine returns files of at most 16 MiB): its folders, goldens, logs. A smoke

@@ -2,7 +2,8 @@
 # ON the GPU machine (repo root): trains the tiny models, exports them and their goldens (issue 14).
 #   bash scripts/gpu/trained.sh [--smoke]      env: FAMILIES (default "qwen3_next qwen4_exp glm5_next"),
 #                                              MAX_SECONDS (training wall budget per family, default 200),
-#                                              FROM_MASTER_DIR (export saved masters instead of training)
+#                                              FROM_MASTER_DIR (export the master-<family>.npz saved there instead of
+#                                              training; relative to the repo root)
 #   --smoke: 8 steps and tiny evaluations (about 1-1.5 min): shows that training, the qwen4_exp indexer check,
 #   export and goldens all run; its outputs are named smoke-* and must never be committed.
 #   qwen4_exp alone, smoke first, one device call (no carry needed):
