@@ -4,29 +4,40 @@
 # the trained FP4-Local qwen4_exp (a ~1.5 M-parameter model trained on the King James Bible: small, so expect
 # scripture-flavoured English, not answers): a greedy continuation, then one chat reply served by
 # bloomery-serve. Without them it inspects and runs the random-weight fixture (gibberish by design).
-# MODEL=<folder> picks another checkpoint folder.
+# MODEL=<folder> picks another checkpoint folder; any folder under tests/fixtures/trained/ gets the trained
+# demo (scripture prompt + served chat reply).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
 scripts/build.sh
+# The demo's model: the trained FP4-Local qwen4_exp (reference/make_trained.sh names its folders
+# <family>-<layout>). The random-weight fallback is only for checkouts made before that folder is committed.
 trained=tests/fixtures/trained/qwen4_exp-fp4local-csf
-if [ -z "${MODEL:-}" ] && [ -d "$trained" ]; then
+fallback=tests/fixtures/models/qwen4_exp-modelopt-mixed
+if [ -n "${MODEL:-}" ]; then
+  model=$MODEL
+elif [ -d "$trained" ]; then
   model=$trained
 else
-  model=${MODEL:-tests/fixtures/models/qwen4_exp-modelopt-mixed}
+  echo "note: $trained is not in this checkout yet: running the random-weight fixture (gibberish by design)"
+  model=$fallback
 fi
+case "$model" in
+  tests/fixtures/trained/* | */tests/fixtures/trained/*) is_trained=1 ;;
+  *) is_trained=0 ;;
+esac
 echo
 echo "== bloomery inspect $model"
 build/src/tools/bloomery inspect "$model"
 echo
 echo "== bloomery run -m $model"
-if [ "$model" = "$trained" ]; then
+if [ "$is_trained" = 1 ]; then
   build/src/tools/bloomery run -m "$model" -p "And God said unto Moses," -n 48
 else
   build/src/tools/bloomery run -m "$model" -p "The quick brown fox" -n 24
 fi
 serve=build/src/server/bloomery-serve
-if [ "$model" = "$trained" ] && [ -x "$serve" ] && command -v curl >/dev/null; then
+if [ "$is_trained" = 1 ] && [ -x "$serve" ] && command -v curl >/dev/null; then
   port=${PORT:-18080}
   echo
   echo "== bloomery-serve -m $model --port $port, one chat request"

@@ -10,6 +10,9 @@ SEED = 20261201
 SEQ = 128  # training window; held-out PPL uses the same context
 BATCH = 32
 STEPS = 1200
+# qwen4_exp: a step cap it should not reach; its wall budget (--max-seconds) ends it and the LR schedule follows
+# the wall clock (train.lr_at), so the run ends at the low rate whatever its step time on the device
+STEPS_BY_FAMILY = {"qwen4_exp": 4000}
 LR = 3e-3
 WARMUP = 60
 DRAFT_LOSS_WEIGHT = 0.5

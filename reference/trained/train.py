@@ -1,11 +1,17 @@
 """Train one family's tiny model (and its MTP/NextN draft layer), export its layouts, write its goldens.
 
-python3 -m trained.train OUT_ROOT --family F [--smoke] [--max-seconds S] [--device cuda]
+python3 -m trained.train OUT_ROOT --family F [--smoke] [--max-seconds S] [--device cuda] [--save-master DIR]
+                        [--from-master FILE]
 (run from reference/, as reference/make_trained.sh does). Writes
   OUT_ROOT/tests/fixtures/trained/<family>-<layout>/            the checkpoint folders (fixtures writers)
   OUT_ROOT/tests/fixtures/trained/goldens/<family>-<layout>.safetensors
   OUT_ROOT/tests/fixtures/trained/logs/<family>.{log,json,png}  training log, loss curve, summary numbers
 Prints PASS/FAIL lines; exits 1 on any FAIL.
+--save-master DIR writes the trained weights (DIR/master-<family>.npz) before export, so a failed or cut-off
+export can be redone without retraining: --from-master FILE skips training and exports that file.
+qwen4_exp trains with a batched QSA indexer (qsa_batched.py: training model only, checked on the device against
+the original before the first step and again after the last); exports, goldens, PPL and acceptance use fresh
+models with transformers' own forward.
 """
 import argparse
 import copy
@@ -33,6 +39,7 @@ from fixtures import tok as TK  # noqa: E402
 from fixtures.qlocal import round_bf16  # noqa: E402
 
 from . import png  # noqa: E402
+from . import qsa_batched as QB  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REL = os.path.join("tests", "fixtures", "trained")
@@ -171,10 +178,12 @@ def master_checkpoint(family, model, mods, cfg):
 # ------------------------------------------------------------------------------------------- training
 
 
-def lr_at(step, steps):
+def lr_at(step, steps, time_frac=0.0):
+    """Linear warm-up, then cosine to 10 % over the step budget or the wall budget, whichever ends first
+    (time_frac: elapsed / wall budget), so a run stopped by the wall clock still ends at the low rate."""
     if step < TC.WARMUP:
         return TC.LR * (step + 1) / TC.WARMUP
-    p = (step - TC.WARMUP) / max(1, steps - TC.WARMUP)
+    p = max((step - TC.WARMUP) / max(1, steps - TC.WARMUP), time_frac)
     return TC.LR * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
@@ -194,25 +203,23 @@ def train(family, model, mods, cfg, stream, steps, max_seconds, device, log):
     t0 = time.time()
     hist = []
     for step in range(steps):
+        tf = (time.time() - t0) / max_seconds if max_seconds else 0.0
+        lr = lr_at(step, steps, tf)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step, steps)
+            g["lr"] = lr
         batch = family_batch(family)
         off = torch.from_numpy(rng.integers(0, len(stream) - T - 1, batch)).to(device)
         xs = data[off[:, None] + torch.arange(T, device=device)[None]]
         opt.zero_grad(set_to_none=True)
-        mb = micro_batch(family, batch)
-        loss_main = loss_draft = 0.0
-        for m0 in range(0, batch, mb):  # gradient accumulation where the reference forward takes batch 1
-            x = xs[m0:m0 + mb]
-            logits = model(input_ids=x, use_cache=False).logits
-            V = logits.shape[-1]
-            lm = F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), x[:, 1:].reshape(-1))
-            h = store["h"].detach()
-            dlog, _ = draft_forward(family, model, mods, cfg, h[:, : T - 1], x[:, 1:])
-            ld = F.cross_entropy(dlog[:, : T - 2].reshape(-1, V).float(), x[:, 2:].reshape(-1))
-            ((lm + TC.DRAFT_LOSS_WEIGHT * ld) * (x.shape[0] / batch)).backward()
-            loss_main = loss_main + lm.detach() * (x.shape[0] / batch)
-            loss_draft = loss_draft + ld.detach() * (x.shape[0] / batch)
+        x = xs  # one forward of the whole batch (qwen4_exp: its training model has the batched QSA indexer)
+        logits = model(input_ids=x, use_cache=False).logits
+        V = logits.shape[-1]
+        lm = F.cross_entropy(logits[:, :-1].reshape(-1, V).float(), x[:, 1:].reshape(-1))
+        h = store["h"].detach()
+        dlog, _ = draft_forward(family, model, mods, cfg, h[:, : T - 1], x[:, 1:])
+        ld = F.cross_entropy(dlog[:, : T - 2].reshape(-1, V).float(), x[:, 2:].reshape(-1))
+        (lm + TC.DRAFT_LOSS_WEIGHT * ld).backward()
+        loss_main, loss_draft = lm.detach(), ld.detach()
         gn = torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         if step % 10 == 0 or step == steps - 1:
@@ -221,7 +228,7 @@ def train(family, model, mods, cfg, stream, steps, max_seconds, device, log):
                 raise ValueError(f"loss is not finite at step {step}: main {lm_} draft {ld_}")
             hist.append((step, lm_, ld_))
             line = (f"[{family}] step {step:5d} loss {lm_:.4f} draft {ld_:.4f} grad {float(gn):.3f} "
-                    f"lr {lr_at(step, steps):.2e} {time.time() - t0:6.1f}s")
+                    f"lr {lr:.2e} {time.time() - t0:6.1f}s")
             log.write(line + "\n")
             log.flush()
             if step % 100 == 0:
@@ -239,14 +246,52 @@ def train(family, model, mods, cfg, stream, steps, max_seconds, device, log):
 
 
 def micro_batch(family, batch):
-    """transformers' qwen4_exp QSA indexer indexes its visible-token table with batch 0 only (IndexError for
-    a batch of 2 or more), so that family runs its forwards one sequence at a time."""
+    """Sequences per forward of the UNMODIFIED model (goldens, PPL): transformers' qwen4_exp QSA indexer reads
+    its mask and cos/sin tables at the batch index (IndexError where those have batch 1), so that family scores
+    one sequence at a time."""
     return 1 if family == "qwen4_exp" else batch
 
 
 def family_batch(family):
-    """Sequences per optimiser step: qwen4_exp's one-at-a-time forwards get a smaller batch to fit the budget."""
-    return 8 if family == "qwen4_exp" else TC.BATCH
+    """Sequences per optimiser step."""
+    return TC.BATCH
+
+
+def family_steps(family):
+    return TC.STEPS_BY_FAMILY.get(family, TC.STEPS)
+
+
+def qsa_check(family, model, mods, cfg, windows, device, when):
+    """qwen4_exp: patch the training model's QSA indexers with the batched forward after checking it against
+    transformers' original on the device (qsa_batched.check; raises on any mismatch). Leaves them patched."""
+    import torch
+
+    store = {}
+    hook = hidden_hook(family, model, store)
+    was_training = model.training
+    model.eval()
+    mods.eval()
+
+    def run_main(x):
+        return model(input_ids=x, use_cache=False).logits
+
+    def run_draft(x):
+        model(input_ids=x, use_cache=False)
+        n = x.shape[1]
+        return draft_forward(family, model, mods, cfg, store["h"][:, : n - 1], x[:, 1:])[0]
+
+    try:
+        QB.unpatch(model)
+        QB.unpatch(mods)
+        line = QB.check(model, mods, run_main, run_draft, torch.as_tensor(windows, device=device),
+                        lambda m: say(f"[{family}] {when}: {m}"))
+    finally:
+        hook.remove()
+        if was_training:
+            model.train()
+            mods.train()
+    check(True, f"[{family}] {when}: batched QSA indexer equals transformers' original on the device")
+    return line
 
 
 def chunk_nll(model, ids, device, n_chunks, family=None):
@@ -351,6 +396,8 @@ def load_layout(family, deq, n_layers):
 def goldens_for(family, layout, model, mods, cfg, local, prompts, held_ids, train_ids, device, summary):
     import torch
 
+    if any(QB.is_patched(m) for m in QB.indexers(model) + QB.indexers(mods)):
+        raise AssertionError(f"[{family}-{layout}] goldens must come from transformers' own QSA indexer forward")
     g = {}
     store = {}
     hook = hidden_hook(family, model, store)
@@ -415,10 +462,30 @@ def goldens_for(family, layout, model, mods, cfg, local, prompts, held_ids, trai
         f"{', '.join(f'{a:.3f}' for a in acc)}")
     if not SMOKE:
         check(ppl < 0.5 * uni, f"[{family}-{layout}] PPL {ppl:.2f} well below the unigram baseline {uni:.2f}")
+        check(acc[0] >= 0.5, f"[{family}-{layout}] MTP top-1 acceptance at k=1 {acc[0]:.3f} >= 0.5 (issue 14)")
     meta = {"family": family, "layout": layout, "seed": TC.SEED, "vocab_size": TC.VOCAB, "n_greedy": TC.N_GREEDY,
             "ppl_ctx": ctx, "ppl_golden": f"{ppl_g:.6f}", "ppl_full": f"{ppl:.6f}", "unigram_ppl": f"{uni:.4f}",
             "mtp_ab_maxdiff": f"{worst_ab:.3e}"}
     return g, meta
+
+
+def save_master(d, family, ck, hist, done, secs):
+    """The trained master (checkpoint names, exact BF16 values as f32) + loss history, for --from-master."""
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, f"master-{family}.npz")
+    meta = json.dumps({"family": family, "steps": done, "seconds": secs, "hist": hist})
+    np.savez_compressed(path, __meta__=np.frombuffer(meta.encode(), dtype=np.uint8),
+                        **{"ck:" + k: v for k, v in ck.items()})
+    say(f"[{family}] saved the trained master to {path} ({os.path.getsize(path) / 1e6:.1f} MB)")
+
+
+def load_master(path, family):
+    z = np.load(path)
+    meta = json.loads(bytes(z["__meta__"]).decode())
+    if meta["family"] != family:
+        raise ValueError(f"{path}: master of family {meta['family']}, expected {family}")
+    ck = {k[3:]: z[k] for k in z.files if k.startswith("ck:")}
+    return ck, [tuple(h) for h in meta["hist"]], meta["steps"], meta["seconds"]
 
 
 def folder_bytes(d):
@@ -432,6 +499,8 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="a few steps and small evaluations (checks it runs)")
     ap.add_argument("--max-seconds", type=float, default=200.0, help="training wall budget in seconds (stops early, logged)")
     ap.add_argument("--device", default="cuda")
+    ap.add_argument("--save-master", metavar="DIR", help="write the trained weights to DIR/master-<family>.npz")
+    ap.add_argument("--from-master", metavar="FILE", help="skip training: export and score this saved master")
     a = ap.parse_args()
     fam = a.family
     M.setup_env()
@@ -446,7 +515,7 @@ def main():
         say("NOTE no CUDA device: training on the CPU")
     global SMOKE
     SMOKE = a.smoke
-    steps = 8 if a.smoke else TC.STEPS
+    steps = 8 if a.smoke else family_steps(fam)
     if a.smoke:
         TC.PPL_GOLDEN_CHUNKS, TC.PPL_FULL_CHUNKS, TC.ACCEPT_SEQS, TC.ACCEPT_NEW, TC.N_GREEDY = 2, 4, 1, 4, 4
     out_root = os.path.abspath(a.out_root)
@@ -474,30 +543,50 @@ def main():
         n_main = sum(p.numel() for p in model.parameters())
         n_draft = sum(p.numel() for p in mods.parameters())
         say(f"[{fam}] parameters: target {n_main / 1e6:.2f} M, draft {n_draft / 1e6:.2f} M")
-        model.to(device)
-        mods.to(device)
-        with open(os.path.join(logdir, f"{fam}.log"), "w") as log:
-            try:
-                hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
-            except RuntimeError:
-                if device == "cpu":
-                    raise
-                # A module that keeps a host tensor outside its buffers breaks the device forward: say so
-                # loudly and train on the CPU instead (fewer steps in the same wall budget) rather than nothing.
-                say(f"NOTE [{fam}] training on {device} failed, falling back to the CPU:\n{traceback.format_exc()}")
-                device = "cpu"
-                torch.set_num_threads(5)
-                model.to(device)
-                mods.to(device)
-                hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
+        T = TC.SEQ
+        if a.from_master:
+            ck, hist, done, secs = load_master(a.from_master, fam)
+            say(f"NOTE [{fam}] not trained here: exporting the saved master {a.from_master}")
+            del model, mods
+        else:
+            model.to(device)
+            mods.to(device)
+            if fam == "qwen4_exp":  # the batched indexer, checked against the original before any step
+                off = np.random.default_rng([TC.SEED, 3]).integers(0, len(stream) - T - 1, 2)
+                qsa_check(fam, model, mods, cfg, np.stack([stream[o:o + T] for o in off]), device,
+                          "before training")
+            with open(os.path.join(logdir, f"{fam}.log"), "w") as log:
+                try:
+                    hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
+                except RuntimeError:
+                    if device == "cpu" or fam == "qwen4_exp":
+                        raise  # qwen4_exp on the CPU would be the batch-1 disaster again: fail loudly instead
+                    # A module that keeps a host tensor outside its buffers breaks the device forward: say so
+                    # loudly and train on the CPU instead (fewer steps in the same wall budget) rather than nothing.
+                    say(f"NOTE [{fam}] training on {device} failed, falling back to the CPU:\n{traceback.format_exc()}")
+                    device = "cpu"
+                    torch.set_num_threads(5)
+                    model.to(device)
+                    mods.to(device)
+                    hist, done, secs = train(fam, model, mods, cfg, stream, steps, a.max_seconds, device, log)
+            QB.unpatch(model)
+            QB.unpatch(mods)
+            ck = master_checkpoint(fam, model, mods, cfg)  # (reads the weights to the host; model stays put)
+            if a.save_master:
+                save_master(a.save_master, fam, ck, hist, done, secs)
+            if fam == "qwen4_exp":  # the trained weights: still the original's selection on held-out windows
+                try:
+                    qsa_check(fam, model, mods, cfg, np.asarray(held_ids[: 2 * T], dtype=np.int64).reshape(2, T),
+                              device, "after training")
+                except Exception:  # FAIL, but export what was trained: its goldens use the original forward
+                    check(False, f"[{fam}] after training: batched QSA indexer check:\n{traceback.format_exc()}")
+                QB.unpatch(model)
+                QB.unpatch(mods)
+            del model, mods
         say(f"[{fam}] trained {done} steps in {secs:.1f}s; last loss {hist[-1][1]:.4f}, draft {hist[-1][2]:.4f}")
         if not a.smoke:
             check(hist[-1][1] < 0.6 * hist[0][1], f"[{fam}] loss fell from {hist[0][1]:.3f} to {hist[-1][1]:.3f}")
         png.loss_plot(os.path.join(logdir, f"{fam}.png"), hist, f"{fam}: loss (main, draft) vs step")
-        model.to("cpu")
-        mods.to("cpu")
-        ck = master_checkpoint(fam, model, mods, cfg)
-        del model, mods
         tk_json = tk.to_str(pretty=True)
         eos = tk.token_to_id(TK.eos_token(fam))
         prompts = [tk.encode(TK.render_chat(fam, [("user", "Who made the heaven and the earth?")]),
