@@ -2,14 +2,8 @@
 # Session-6 device call 2: fused product epilogues (scale / activation / scale in the GEMV store) — correctness,
 # A/B against the separate ops; C = 1 host/card split; the FP4-Local (qad) layout; per-op times.
 set -uo pipefail
-out=${OUT:-/tmp}
-tar -xzf .devcarry-all/b.tgz
-B=.devcarry/bundle
-export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
-timeout 200 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*' \
-  > $out/gpu-tests.txt 2>&1
-echo "gpu tests rc=$?"; grep -E "FAILED|PASSED|tests ran|Failure|SKIPPED" $out/gpu-tests.txt | head -30
+source scripts/gpu/bundle-env.sh
+gpu_suite gpu-tests.txt
 timeout 200 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 -c 1,4,16 -r 3 \
   --ab epilogue --json-out $out/ab-epilogue.json > $out/ab-epilogue.txt 2>&1
 echo "ab rc=$?"; grep -E "tg|roofline|bandwidth|CUDA graphs" $out/ab-epilogue.txt | head -30

@@ -2,15 +2,9 @@
 # Session-6 device call 1: deferred zero fill — correctness, A/B against a memset per alloc, per-op times;
 # ncu on the routed-expert decode kernels (why 511 GB/s); qwen3_next full-size tg if time is left.
 set -uo pipefail
-out=${OUT:-/tmp}
-tar -xzf .devcarry-all/b.tgz
-B=.devcarry/bundle
-export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"
-nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+source scripts/gpu/bundle-env.sh
 # 1. the GPU suite (no timing tests), lazy zero on (default)
-timeout 200 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*' \
-  > $out/gpu-tests.txt 2>&1
-echo "gpu tests rc=$?"; grep -E "FAILED|PASSED|tests ran|Failure" $out/gpu-tests.txt | head -30
+gpu_suite gpu-tests.txt
 # 2. A/B: memset per alloc (main) vs deferred zero fill, alternating repeat by repeat, three rounds, graphs on
 timeout 200 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 -c 1,4,16 -r 3 \
   --ab eager-zero --json-out $out/ab-lazy-zero.json > $out/ab-lazy-zero.txt 2>&1

@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# Sourced at the start of a device call's script (repo root): unpacks the carried bundle
+# (.devcarry-all/b.tgz, made by `tar -czf .devcarry-all/b.tgz .devcarry/bundle` after scripts/device-bundle.sh),
+# sets B (the bundle folder), out ($OUT), the library path and BLOOMERY_SOURCE_DIR, and prints the GPU's clocks.
+out=${OUT:-/tmp}
+[ -f .devcarry-all/b.tgz ] && tar -xzf .devcarry-all/b.tgz
+B=.devcarry/bundle
+export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"
+nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+# The GPU suite without its timing tests; the log to $out/$1 (default gpu-tests.txt), its summary printed.
+gpu_suite() {
+  local log=$out/${1:-gpu-tests.txt} filter=${2:--*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*}
+  timeout "${3:-200}" $B/bin/test_gpu --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
+  echo "gpu tests rc=$?"; grep -E "FAILED|PASSED|tests ran|Failure|SKIPPED" "$log" | head -30
+}
