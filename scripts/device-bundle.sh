@@ -18,8 +18,11 @@ cmake -S . -B "$build" -G Ninja -DBLOOMERY_CUDA=ON -DBLOOMERY_CUDA_ARCHS=90a -DC
 # Targets to bundle: the arguments, or every GPU-relevant one that exists.
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
+  # The list is read whole first: `ninja … | grep -q` under pipefail loses a target whenever grep's early exit
+  # makes ninja die of SIGPIPE.
+  all=$(ninja -C "$build" -t targets all 2>/dev/null)
   for t in bloomery bloomery-serve test_gpu test_golden; do
-    ninja -C "$build" -t targets all 2>/dev/null | grep -q "^$t:" && targets+=("$t")
+    grep -q "^$t:" <<<"$all" && targets+=("$t")
   done
 fi
 ninja -C "$build" -j2 "${targets[@]}"

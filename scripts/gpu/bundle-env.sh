@@ -5,8 +5,10 @@
 out=${OUT:-/tmp}
 [ -f .devcarry-all/b.tgz ] && tar -xzf .devcarry-all/b.tgz
 B=.devcarry/bundle
-export LD_LIBRARY_PATH="$PWD/$B/lib:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"
+# The toolkit's libraries (cuBLASLt) come from the machine's CUDA install, the Debian ones from the bundle.
+export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
+for f in $B/bin/*; do ldd "$f" | grep "not found" | sed "s|^|MISSING for $f: |"; done
 # The GPU suite without its timing tests; the log to $out/$1 (default gpu-tests.txt), its summary printed.
 gpu_suite() {
   local log=$out/${1:-gpu-tests.txt} filter=${2:--*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*}

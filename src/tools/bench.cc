@@ -3,10 +3,12 @@
 // table or --json; and a roofline line per decode test (bytes one step reads against the copy bandwidth the
 // tool measures itself). The model is a folder (-m) or built in memory at full size with random weights
 // (--synthetic family[:config.json], synthetic_model.h). The timed loops live in bench_core.cc.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -176,8 +178,10 @@ int run_bench(int argc, char** argv) {
          "variant 1 (BLOOMERY_CUDA_GEMV=1) against 2, rows 'tgN' and 'tgN+gemv2'; 'eager-zero' a memset "
          "at every alloc (BLOOMERY_CUDA_EAGER_ZERO=1) against the deferred zero fill, rows 'tgN' and "
          "'tgN+lazy-zero'; 'epilogue' a product's scale/activation tail as separate ops "
-         "(BLOOMERY_CUDA_FUSE_EPILOGUE=0) against fused into the GEMV, rows 'tgN' and 'tgN+fused'")
-      ->check(CLI::IsMember({"gemv", "eager-zero", "epilogue"}));
+         "(BLOOMERY_CUDA_FUSE_EPILOGUE=0) against fused into the GEMV, rows 'tgN' and 'tgN+fused'; "
+         "'gemm-lib' BF16 prompt products on the project's tensor-core kernel (BLOOMERY_CUDA_GEMM_LIB=0) "
+         "against cuBLASLt, rows 'ppN'/'tgN' and 'ppN+cublaslt'/'tgN+cublaslt'. pp rows alternate too")
+      ->check(CLI::IsMember({"gemv", "eager-zero", "epilogue", "gemm-lib"}));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
       "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
@@ -304,12 +308,16 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
       else if (ab_knob == "eager-zero")
         hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
-      else
+      else if (ab_knob == "epilogue")
         hooks.set_ab = [cb](bool candidate) { cb->set_fuse_epilogues(candidate); };
+      else
+        hooks.set_ab = [](bool candidate) { cuda::set_gemm_library(candidate); };
     }
 #endif
     if (!hooks.set_ab) raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "a CUDA backend", backend_name);
-    bp.ab = ab_knob == "gemv" ? "gemv2" : (ab_knob == "eager-zero" ? "lazy-zero" : "fused");
+    static const std::map<std::string, std::string> kCandidate{
+        {"gemv", "gemv2"}, {"eager-zero", "lazy-zero"}, {"epilogue", "fused"}, {"gemm-lib", "cublaslt"}};
+    bp.ab = kCandidate.at(ab_knob);
     hooks.set_ab(false);
   }
   auto to_json = [&](const BenchRow& r) {
@@ -353,21 +361,25 @@ int run_bench(int argc, char** argv) {
         std::string(std::getenv("BLOOMERY_CUDA_GRAPHS")) != "0")
       raise("E_BENCH_ARGS", Where{"", "", "BLOOMERY_CUDA_OP_TIMES"}, "eager steps (--cuda-graphs off)",
             "graph mode");
-    bp.profile_tg = true;
+    // Decoding nothing (-n 0): the prompts are profiled instead, per prompt.
+    const bool no_tg = std::all_of(bp.ns.begin(), bp.ns.end(), [](int64_t n) { return n == 0; });
+    (no_tg ? bp.profile_pp : bp.profile_tg) = true;
   }
   const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
   std::string graphs_line, op_lines;
 #ifdef BLOOMERY_HAVE_CUDA
   if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && op_times_requested()) {
+    const char* unit = bp.profile_pp ? "pp" : "tg";  // what the range covered (see profile_pp)
     int64_t steps = 0;
     for (const BenchRow& r : rows)
-      if (r.test.rfind("tg", 0) == 0) steps += static_cast<int64_t>(r.ms.size());
+      if (r.test.rfind(unit, 0) == 0) steps += static_cast<int64_t>(r.ms.size());
     const double per = steps ? 1.0 / static_cast<double>(steps) : 0.0;
     nlohmann::json ops = nlohmann::json::array();
     double total = 0;
     for (const auto& e : cb->op_times().entries()) total += e.ms;
-    op_lines = "per-op device time per tg step (BLOOMERY_CUDA_OP_TIMES, eager, " + std::to_string(steps) +
-               " steps, sum " + std::to_string(total * per) + " ms):\n";
+    op_lines = std::string("per-op device time per ") + (bp.profile_pp ? "prompt" : "tg step") +
+               " (BLOOMERY_CUDA_OP_TIMES, eager, " + std::to_string(steps) +
+               (bp.profile_pp ? " prompts" : " steps") + ", sum " + std::to_string(total * per) + " ms):\n";
     for (const auto& e : cb->op_times().entries()) {
       const double gbps = e.ms > 0 ? e.bytes / (e.ms * 1e6) : 0.0;
       ops.push_back({{"op", e.key},

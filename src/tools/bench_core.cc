@@ -202,8 +202,22 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         if (pn == 0) continue;
         const auto t0 = Clock::now();
         BenchRow r = start_row("pp", pn, d, c);
-        for (int i = 0; i < p.repeats && !r.skipped; ++i) run.pp(r);
+        const bool ab = !p.ab.empty() && hooks.set_ab;  // prompts are never graph steps: --ab only
+        BenchRow g = r;
+        g.test += "+" + p.ab;
+        const bool profiled = p.profile_pp && hooks.profile_range && !r.skipped;
+        if (profiled) hooks.profile_range(true);
+        for (int i = 0; i < p.repeats && !r.skipped; ++i) {
+          if (ab) hooks.set_ab(false);
+          run.pp(r);
+          if (!ab) continue;
+          hooks.set_ab(true);
+          run.pp(g);
+          hooks.set_ab(false);
+        }
+        if (profiled) hooks.profile_range(false);
         finish(r, t0);
+        if (ab) finish(g, t0);
       }
   for (int64_t d : p.ds) {
     for (int64_t c : cs)

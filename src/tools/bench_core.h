@@ -53,6 +53,8 @@ struct BenchParams {
   // The tg repeats (not their set-up, which prefills the depth) run inside hooks.profile_range, so that
   // `nsys profile --capture-range=cudaProfilerApi` sees decode steps only.
   bool profile_tg = false;
+  // The same range around the pp repeats instead (per-op prompt profiles, BLOOMERY_CUDA_OP_TIMES with -n 0).
+  bool profile_pp = false;
 };
 
 struct BenchRow {

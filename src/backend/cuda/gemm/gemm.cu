@@ -89,6 +89,7 @@ std::string shape_of(const DeviceWeight& w) {
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
           cudaStream_t s) {
   const GemmMode mode = gemm_mode();
+  if (mode != GemmMode::Simt && lt_gemm(w, row0, n, x, T, y, mode == GemmMode::Bf16x2, s)) return;
   if (mode != GemmMode::Simt && tc_gemm_supported(static_cast<int64_t>(w.cols), w.data, x))
     return tc_gemm(w, row0, n, x, T, y, mode == GemmMode::Bf16x2, s);
   gemm_simt(w, row0, n, x, T, y, s);

@@ -24,6 +24,16 @@ void tc_grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offs
                      int64_t n, int64_t K, FormatId format, const float* xs, float* ys, bool split,
                      cudaStream_t s);
 
+// x (rows × K, 16-byte aligned, K a multiple of 8) rounded to BF16 in a stream-ordered allocation on `s`;
+// split: the low terms BF16(x − hi) follow the high ones (hi + rows·K). Free it with cudaFreeAsync on `s`.
+void* round_activations_bf16(const float* x, int64_t rows, int64_t K, bool split, cudaStream_t s);
+
+// cuBLASLt for BF16-stored weights (lt_gemm.cc): y = x · W[row0 : row0 + n]ᵀ with the activations in BF16
+// (split: hi + lo, two products into one f32 result). False when it does not apply (another format, a shape
+// it refuses, or switched off), and nothing ran: the caller takes its own kernel.
+bool lt_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y, bool split,
+             cudaStream_t s);
+
 // How prompt GEMMs run: the tensor-core kernel with BF16 activations (Bf16), with split hi + lo BF16
 // activations (Bf16x2, close to f32 accuracy), or the SIMT f32 kernel (Simt). Default kDefaultGemmMode
 // (gemm.cu); BLOOMERY_CUDA_GEMM=bf16|bf16x2|simt overrides it (read once; for accuracy and speed A/B checks).

@@ -521,6 +521,10 @@ int sm_count() {
 
 }  // namespace
 
+void* round_activations_bf16(const float* x, int64_t rows, int64_t K, bool split, cudaStream_t s) {
+  return rounded_x(x, rows, K, nullptr, split, s);
+}
+
 bool tc_gemm_supported(int64_t K, const void* weight_data, const float* x) {
   return K > 0 && K % kBK == 0 && reinterpret_cast<uintptr_t>(weight_data) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(x) % 16 == 0;

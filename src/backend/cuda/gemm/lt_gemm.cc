@@ -1,0 +1,141 @@
+// Prompt products on BF16-stored weights through cuBLASLt (the CUDA toolkit's tuned GEMMs) instead of the
+// project's tensor-core kernel, which exists for the formats that need in-register dequantisation (FP4, FP8
+// with block scales). y[T, n] = x[T, K] · W[row0 : row0 + n, K]ᵀ: in cuBLAS's column-major terms
+// Yᵀ[n, T] = W[n, K] · Xᵀ[K, T], A = W (its row-major [n, K] is column-major K × n: op T), B = BF16(x)
+// (column-major K × T: op N), D = y (column-major n × T, ld n = row-major [T, n]); f32 accumulate, f32 out.
+// Split activations (the default GEMM mode) run the low terms as a second product with beta = 1.
+#include <cublasLt.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <string>
+#include <tuple>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm/gemm_internal.h"
+#include "backend/cuda/kernels.h"
+#include "core/error.h"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr size_t kWorkspace = size_t{32} << 20;  // cuBLASLt's recommendation for Hopper
+
+void lt_check(cublasStatus_t st, const std::string& what) {
+  if (st != CUBLAS_STATUS_SUCCESS)
+    raise("E_CUDA", Where{"", "", "cuBLASLt"}, what + " to succeed",
+          std::string(cublasLtGetStatusName(st)) + ": " + cublasLtGetStatusString(st));
+}
+
+bool enabled_from_env() {
+  const char* v = std::getenv("BLOOMERY_CUDA_GEMM_LIB");
+  return !(v && std::strcmp(v, "0") == 0);
+}
+
+std::atomic<bool>& enabled_slot() {
+  static std::atomic<bool> on{enabled_from_env()};
+  return on;
+}
+
+// One handle and workspace for the process (the backend drives one device from one thread; the mutex keeps
+// a second backend safe). The heuristic's choice is cached per shape: asking costs tens of microseconds.
+class Lt {
+ public:
+  static Lt& get() {
+    static Lt lt;
+    return lt;
+  }
+
+  void matmul(const void* w, int64_t n, int64_t K, const void* xb, int64_t T, float* y, float beta,
+              cudaStream_t s) {
+    std::lock_guard<std::mutex> lock(mu_);
+    ready();
+    const std::string shape = "[" + std::to_string(T) + ", " + std::to_string(K) + "] x [" +
+                              std::to_string(n) + ", " + std::to_string(K) + "]T";
+    cublasLtMatmulDesc_t op = nullptr;
+    cublasLtMatrixLayout_t a = nullptr, b = nullptr, d = nullptr;
+    lt_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "matmul descriptor " + shape);
+    const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)), "op A");
+    lt_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)), "op B");
+    lt_check(cublasLtMatrixLayoutCreate(&a, CUDA_R_16BF, K, n, K), "layout W " + shape);
+    lt_check(cublasLtMatrixLayoutCreate(&b, CUDA_R_16BF, K, T, K), "layout x " + shape);
+    lt_check(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, n, T, n), "layout y " + shape);
+    const cublasLtMatmulAlgo_t algo = choose(op, a, b, d, n, T, K, shape);
+    const float alpha = 1.0f;
+    const cublasStatus_t st =
+        cublasLtMatmul(handle_, op, &alpha, w, a, xb, b, &beta, y, d, y, d, &algo, workspace_, kWorkspace, s);
+    cublasLtMatrixLayoutDestroy(d), cublasLtMatrixLayoutDestroy(b), cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+    lt_check(st, "matmul " + shape);
+  }
+
+ private:
+  void ready() {
+    if (handle_) return;
+    lt_check(cublasLtCreate(&handle_), "handle");
+    BLOOMERY_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspace), "cuBLASLt workspace");
+  }
+
+  cublasLtMatmulAlgo_t choose(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                              cublasLtMatrixLayout_t d, int64_t n, int64_t T, int64_t K,
+                              const std::string& shape) {
+    const auto key = std::make_tuple(n, T, K);
+    if (auto it = algos_.find(key); it != algos_.end()) return it->second;
+    cublasLtMatmulPreference_t pref = nullptr;
+    lt_check(cublasLtMatmulPreferenceCreate(&pref), "preference");
+    const size_t ws = kWorkspace;
+    lt_check(
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)),
+        "workspace preference");
+    cublasLtMatmulHeuristicResult_t result{};
+    int found = 0;
+    const cublasStatus_t st =
+        cublasLtMatmulAlgoGetHeuristic(handle_, op, a, b, d, d, pref, 1, &result, &found);
+    cublasLtMatmulPreferenceDestroy(pref);
+    lt_check(st, "heuristic " + shape);
+    if (found == 0)
+      raise("E_CUDA", Where{"", "", "cuBLASLt"}, "an algorithm for " + shape, "none (heuristic found 0)");
+    return algos_.emplace(key, result.algo).first->second;
+  }
+
+  std::mutex mu_;
+  cublasLtHandle_t handle_ = nullptr;
+  void* workspace_ = nullptr;
+  std::map<std::tuple<int64_t, int64_t, int64_t>, cublasLtMatmulAlgo_t> algos_;
+};
+
+}  // namespace
+
+bool gemm_library() {
+  return enabled_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemm_library(bool on) {
+  enabled_slot().store(on, std::memory_order_relaxed);
+}
+
+bool lt_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y, bool split,
+             cudaStream_t s) {
+  const int64_t K = static_cast<int64_t>(w.cols);
+  if (!gemm_library() || w.format != FormatId::BF16 || n == 0 || T == 0 || K % 8 != 0 ||
+      reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return false;
+  // Decode steps with more than 8 rows are recorded into CUDA graphs: they keep the project's kernel (the
+  // library's capture behaviour is not what this path was measured on).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  BLOOMERY_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "cuBLASLt: stream capture status");
+  if (capture != cudaStreamCaptureStatusNone) return false;
+  const auto* wrows = static_cast<const uint16_t*>(w.data) + row0 * K;
+  void* xb = round_activations_bf16(x, T, K, split, s);
+  Lt& lt = Lt::get();
+  lt.matmul(wrows, n, K, xb, T, y, 0.0f, s);
+  if (split) lt.matmul(wrows, n, K, static_cast<const uint16_t*>(xb) + T * K, T, y, 1.0f, s);
+  BLOOMERY_CUDA_CHECK(cudaFreeAsync(xb, s), "cuBLASLt: free BF16 activations");
+  return true;
+}
+
+}  // namespace bloomery::cuda
