@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job on a fresh Debian 12 machine: install dependencies, build, and run bloomery on a bundled tiny
 # model. With the trained models present (tests/fixtures/trained/, made by reference/make_trained.sh) it runs
-# the trained FP4-Local qwen4_exp (a ~1.5 M-parameter model trained on the King James Bible: small, so expect
+# the trained FP4-Local qwen4_exp (a 1.2 M-parameter model, plus a 0.18 M-parameter MTP draft layer, trained on the King James Bible: small, so expect
 # scripture-flavoured English, not answers): a greedy continuation, then one chat reply served by
 # bloomery-serve. Without them it inspects and runs the random-weight fixture (gibberish by design).
 # MODEL=<folder> picks another checkpoint folder; any folder under tests/fixtures/trained/ gets the trained
@@ -32,7 +32,8 @@ build/src/tools/bloomery inspect "$model"
 echo
 echo "== bloomery run -m $model"
 if [ "$is_trained" = 1 ]; then
-  build/src/tools/bloomery run -m "$model" -p "And God said unto Moses," -n 48
+  # Sampled (temperature 0.7, fixed seed): greedy decoding of a model this small loops on one phrase.
+  build/src/tools/bloomery run -m "$model" -p "And God said unto Moses," -n 48 --temp 0.7 --seed 1
 else
   build/src/tools/bloomery run -m "$model" -p "The quick brown fox" -n 24
 fi

@@ -179,8 +179,9 @@ int run_bench(int argc, char** argv) {
          "at every alloc (BLOOMERY_CUDA_EAGER_ZERO=1) against the deferred zero fill, rows 'tgN' and "
          "'tgN+lazy-zero'; 'epilogue' a product's scale/activation tail as separate ops "
          "(BLOOMERY_CUDA_FUSE_EPILOGUE=0) against fused into the GEMV, rows 'tgN' and 'tgN+fused'; "
-         "'gemm-lib' BF16 prompt products on the project's tensor-core kernel (BLOOMERY_CUDA_GEMM_LIB=0) "
-         "against cuBLASLt, rows 'ppN'/'tgN' and 'ppN+cublaslt'/'tgN+cublaslt'. pp rows alternate too")
+         "'gemm-lib' BF16 prompt products on the project's tensor-core kernel (the default) "
+         "against cuBLASLt (BLOOMERY_CUDA_GEMM_LIB=1), rows 'ppN'/'tgN' and 'ppN+cublaslt'/'tgN+cublaslt'. "
+         "pp rows alternate too")
       ->check(CLI::IsMember({"gemv", "eager-zero", "epilogue", "gemm-lib"}));
   app.add_flag(
       "--profile-tg", bp.profile_tg,

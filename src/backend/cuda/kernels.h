@@ -38,8 +38,8 @@ void set_gemv_variant(int v);
 // weight tiles dequantised from the stored format in shared memory; SIMT fallback (gemm/tc_gemm.cu, gemm.cu).
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
           cudaStream_t s);
-// BF16-stored weights go through cuBLASLt (gemm/lt_gemm.cc) unless switched off (BLOOMERY_CUDA_GEMM_LIB=0 at
-// start, or set_gemm_library between calls for A/B measurements).
+// BF16-stored weights go through cuBLASLt (gemm/lt_gemm.cc) when switched on (BLOOMERY_CUDA_GEMM_LIB=1 at
+// start, or set_gemm_library between calls for A/B measurements); off by default (lt_gemm.cc says why).
 bool gemm_library();
 void set_gemm_library(bool on);
 // out[i, :] = W[ids[i], :] decoded to f32 (any stored format); ids on the card.

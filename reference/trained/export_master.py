@@ -1,0 +1,94 @@
+"""Writes the checkpoint folders of a saved trained master (train.py --save-master) with the fixture writers,
+on any machine with numpy: no torch, no transformers, no GPU. It is the export half of train.py's --from-master;
+the goldens (transformers' f32 forward) still need the GPU machine, so this writes none.
+
+    cd reference && python3 -m trained.export_master MASTER.npz TOKENIZER_JSON OUT_ROOT
+
+TOKENIZER_JSON: the family's trained tokenizer.json. The BPE is trained on the same chapters with the same
+specials for both Qwen families (train.train_tokenizer), so the committed qwen3_next one serves qwen4_exp.
+The folders land in OUT_ROOT/tests/fixtures/trained/<family>-<layout>; the engine's perplexity on them must
+equal the PPL that train.py logged for the master (the check that the export is the one the device made)."""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+from . import tconfig as TC
+
+TC.apply()  # before any other fixtures module reads the configs
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from fixtures import gen as G  # noqa: E402
+from fixtures import layouts as LY  # noqa: E402
+from . import train as T  # noqa: E402  (load_master, folder_bytes: numpy only)
+
+
+def config_from_template(template_dir):
+    """gen.config_dict without transformers: the committed random fixture's config.json of the same family and
+    layout (transformers' own serialisation of the same config class), with every key the fixtures' config
+    defines set to its trained value (tconfig.apply changes the vocabulary and the sparse budgets)."""
+    import json
+
+    from fixtures import configs as C
+
+    def config_dict(family, qc=None):
+        meta = "metadata/config.json" if qc is not None and os.path.isdir(os.path.join(template_dir(family, qc), "metadata")) else "config.json"
+        with open(os.path.join(template_dir(family, qc), meta)) as f:
+            d = json.load(f)
+        text = d.get("text_config", d)
+        spec = {"qwen4_exp": C.QWEN4_TEXT, "qwen3_next": C.QWEN3_NEXT, "glm5_next": C.GLM_TEXT}[family]
+        for k, v in spec.items():
+            if k in text and text[k] != v:
+                print(f"  config {k}: {text[k]} -> {v}")
+                text[k] = v
+        if qc is not None:
+            d["quantization_config"] = qc
+            if family == "qwen4_exp":
+                text["quantization_config"] = qc
+        return d
+
+    return config_dict
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("master")
+    ap.add_argument("tokenizer_json")
+    ap.add_argument("out_root")
+    ap.add_argument("--config-templates", metavar="DIR",
+                    help="without transformers: take config.json from DIR/<family>-<layout> (the random fixtures, "
+                         "tests/fixtures/models) with the trained values of the fixtures' config keys")
+    a = ap.parse_args()
+    if a.config_templates:
+        by_qc = {}  # write_folder calls config_dict(family, qc): qc None is the bf16 layout
+        G.config_dict = config_from_template(
+            lambda fam, qc: os.path.join(a.config_templates, f"{fam}-{by_qc.get('layout', 'bf16')}"))
+        G._export_layout = by_qc
+    meta_family = None
+    with np.load(a.master) as z:
+        import json
+
+        meta_family = json.loads(bytes(z["__meta__"]).decode())["family"]
+    ck, hist, done, secs = T.load_master(a.master, meta_family)
+    with open(a.tokenizer_json) as f:
+        tk_json = f.read()
+    print(f"[{meta_family}] master: {done} steps in {secs:.1f}s, last loss {hist[-1][1]:.4f}")
+    for lay in TC.LAYOUTS[meta_family]:
+        if a.config_templates:
+            G._export_layout["layout"] = lay
+        stored, qlayers = LY.encode(meta_family, lay, ck)
+        folder = G.write_folder(meta_family, lay, stored, qlayers, tk_json, a.out_root)
+        deq = LY.decode(meta_family, G.read_back(folder, lay))
+        if set(deq) != set(ck):
+            sys.exit(f"FAIL [{meta_family}-{lay}] the folder's tensor set is not the master's")
+        if lay == "bf16":
+            err = max(float(np.abs(deq[k] - ck[k]).max()) for k in ck if ck[k].dtype != np.int64)
+            if err != 0.0:
+                sys.exit(f"FAIL [{meta_family}-{lay}] BF16 folder differs from the master by {err}")
+        print(f"PASS [{meta_family}-{lay}] {folder} ({T.folder_bytes(folder) / 1e6:.2f} MB)")
+
+
+if __name__ == "__main__":
+    main()
