@@ -23,22 +23,8 @@ Generation::Generation(const Tokenizer& tok, const GenSpec& spec)
   if (spec.parse_tools) tools_.emplace(spec.tool_syntax, spec.tools);
 }
 
-// Rejected tokens get -inf; EOS only once the grammar is complete; ids beyond the tokenizer's vocabulary
-// (padded heads) never.
 void Generation::constrain(std::vector<float>& logits) {
-  const std::vector<uint8_t>& ok = masker_->mask(gstate_);
-  const bool done = masker_->grammar().accepting(gstate_);
-  bool any = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (i < ok.size() && ok[i]) {
-      any = true;
-      continue;
-    }
-    logits[i] = -INFINITY;
-  }
-  for (int32_t e : eos_ids_)
-    if (e >= 0 && static_cast<size_t>(e) < logits.size() && (done || !any))
-      logits[static_cast<size_t>(e)] = 0.0f;
+  apply_mask(masker_->mask(gstate_), masker_->grammar().accepting(gstate_), eos_ids_, logits);
 }
 
 void Generation::split_tools(GenDelta& d, bool last) {
