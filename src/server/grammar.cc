@@ -714,17 +714,27 @@ void TokenMasker::walk(int32_t root, TokenMask& out) {
   at_.assign(t.max_depth + 1, kReject);
   at_[0] = root;
   const uint32_t n = static_cast<uint32_t>(t.size());
+  const uint8_t* byte = t.byte.data();
+  const uint16_t* depth = t.depth.data();
+  const uint32_t* next = t.next.data();
+  const uint32_t* off = t.tok_off.data();
+  const int32_t* tok = t.tok.data();
+  int32_t* at = at_.data();
+  const int32_t* trans = trans_.front().data();  // [state][byte], re-read when a transition is added
   for (uint32_t i = 1; i < n;) {
-    const uint16_t d = t.depth[i];
-    const int32_t from = at_[d - 1u];
-    int32_t to = trans_[static_cast<size_t>(from)][t.byte[i]];
-    if (to == kUnknown) to = transition(from, t.byte[i]);
+    const uint16_t d = depth[i];
+    const int32_t from = at[d - 1u];
+    int32_t to = trans[static_cast<size_t>(from) * 256 + byte[i]];
+    if (to == kUnknown) {
+      to = transition(from, byte[i]);
+      trans = trans_.front().data();
+    }
     if (to < 0) {
-      i = t.next[i];
+      i = next[i];
       continue;
     }
-    at_[d] = to;
-    for (uint32_t k = t.tok_off[i]; k < t.tok_off[i + 1]; ++k) out.set(static_cast<size_t>(t.tok[k]));
+    at[d] = to;
+    for (uint32_t k = off[i]; k < off[i + 1]; ++k) out.set(static_cast<size_t>(tok[k]));
     ++i;
   }
 }
