@@ -609,8 +609,14 @@ void Scheduler::fork_followers(Slot& leader, const StepItem& it) {
     bool copied = false;
     try {
       copied = engine_.copy_state(*leader.state, *f.state);
-    } catch (const std::exception& e) {
-      finish(f, StopReason::Error, e.what());
+    } catch (const std::exception&) {
+      // A copy that failed part way (out of memory for the draft queue) leaves the state unknown: a fresh
+      // one reads the prompt itself.
+      try {
+        f.state = engine_.new_state(config_.n_ctx_slot);
+      } catch (const std::exception& e) {
+        finish(f, StopReason::Error, e.what());
+      }
       continue;
     }
     if (!copied) continue;

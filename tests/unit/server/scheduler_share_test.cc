@@ -5,6 +5,7 @@
 // and a leader cancelled while reading still give every member its own full answer.
 #include <future>
 #include <set>
+#include <stdexcept>
 
 #include <gtest/gtest.h>
 
@@ -49,6 +50,10 @@ class HistoryEngine : public StepEngine {
   }
   bool copy_state(SequenceState& from, SequenceState& to) override {
     if (!can_copy) return false;
+    if (throw_on_copy) {
+      to.history.push_back(999);  // half done: the scheduler must not use this state
+      throw std::runtime_error("out of memory");
+    }
     to.pos = from.pos;
     to.history = from.history;
     if (decoding_.count(&from)) decoding_.insert(&to);
@@ -57,7 +62,7 @@ class HistoryEngine : public StepEngine {
   }
   std::atomic<int64_t> prompt_tokens{0};
   std::atomic<int> copies{0};
-  bool can_copy = true;
+  bool can_copy = true, throw_on_copy = false;
   int delay_ms = 0;
 
  private:
@@ -186,9 +191,22 @@ TEST(PrefillShare, WithoutCopiesEveryMemberReadsItsOwn) {
   }
 }
 
+TEST(PrefillShare, AFailedCopyReadsThePromptItselfInAFreshState) {
+  HistoryEngine e;
+  e.throw_on_copy = true;
+  Scheduler s(e, {3, 64, 16, 4}, server::sample_token);
+  Group g = submit_group(s, 3, 1.0);
+  for (auto& d : g.done) d.wait();
+  EXPECT_EQ(e.prompt_tokens.load(), 3 * static_cast<int64_t>(kPrompt.size()));
+  for (int c = 0; c < 3; ++c) {
+    EXPECT_EQ(g.outs[c]->finish.reason, StopReason::Limit);
+    EXPECT_EQ(g.outs[c]->tokens, alone(100 + static_cast<uint64_t>(c), 1.0)) << c;
+  }
+}
+
 TEST(PrefillShare, ALeaderCancelledWhileReadingHandsTheReadOn) {
   HistoryEngine e;
-  e.delay_ms = 20;  // the prompt's four passes take ~80 ms: the cancel lands while it is being read
+  e.delay_ms = 50;  // the prompt's four passes take ~200 ms: the cancel lands while it is being read
   Scheduler s(e, {3, 64, 16, 4}, server::sample_token);
   Group g = submit_group(s, 3, 1.0);
   g.tickets[0]->cancel();
