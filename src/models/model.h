@@ -194,6 +194,11 @@ class Model {
   // pos). Refused while a speculative forward is pending.
   StateCheckpoint checkpoint(Backend& backend, SequenceState& state) const;
   void restore(Backend& backend, SequenceState& state, const StateCheckpoint& cp) const;
+  // Makes `to` (a fresh state of this model, at least as large) the same sequence as `from`: every part
+  // copied (positional caches their live rows), counters, history and the draft queue. n > 1 choices of one
+  // prompt fork from one prefill this way. Refused while `from` has a speculative forward pending. (Virtual
+  // so that the scheduler, built without the model code in the server core, calls it through the vtable.)
+  virtual void copy_state(Backend& backend, SequenceState& from, SequenceState& to) const;
   // Device bytes one sequence's verify holds until commit (the copies of its recurrent
   // parts), for the memory plan. Default 0.
   virtual uint64_t spec_bytes() const { return 0; }

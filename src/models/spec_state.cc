@@ -94,6 +94,46 @@ void Model::restore(Backend& be, SequenceState& st, const StateCheckpoint& cp) c
   st.draft_next = cp.draft_next;
 }
 
+void Model::copy_state(Backend& be, SequenceState& from, SequenceState& to) const {
+  if (from.spec.active)
+    raise("E_STATE_PENDING", Where{"", "", "copy_state"}, "a committed state",
+          "a pending speculative forward");
+  if (from.pos > to.capacity)
+    raise("E_CONTEXT_FULL", Where{"", "", "copy_state"},
+          "a target of at least " + std::to_string(from.pos) + " positions", std::to_string(to.capacity));
+  std::vector<StatePart> src = state_parts(from), dst = state_parts(to);
+  if (src.size() != dst.size())
+    raise("E_STATE_COPY", Where{"", "", "copy_state"}, std::to_string(src.size()) + " state parts",
+          std::to_string(dst.size()));
+  auto deep = [&](const Tensor& t) {
+    if (!t.defined()) return Tensor();
+    Tensor c = be.alloc(t.shape());
+    be.copy(c, t);
+    return c;
+  };
+  for (size_t i = 0; i < src.size(); ++i) {
+    const StatePart& a = src[i];
+    StatePart& b = dst[i];
+    if (a.host) {
+      *b.host = *a.host;
+    } else if (a.rows < 0) {
+      be.copy(*b.tensor, *a.tensor);
+    } else if (a.rows > 0) {
+      Tensor d = b.tensor->slice(0, a.rows);  // rows past pos are never read before being written
+      be.copy(d, a.tensor->slice(0, a.rows));
+    }
+  }
+  to.pos = from.pos;
+  to.draft_pos = from.draft_pos;
+  to.history = from.history;
+  to.draft_rows.clear();
+  for (const Tensor& t : from.draft_rows) to.draft_rows.push_back(deep(t));
+  to.draft_next = from.draft_next;
+  to.verify_hidden = deep(from.verify_hidden);
+  to.verify_ids = from.verify_ids;
+  to.spec = SpecPending{};
+}
+
 }  // namespace bloomery
 
 namespace bloomery {

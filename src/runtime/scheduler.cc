@@ -96,6 +96,11 @@ void ModelStepEngine::commit(SequenceState& state, int64_t n) {
   state.verify_ids.clear();
 }
 
+bool ModelStepEngine::copy_state(SequenceState& from, SequenceState& to) {
+  model_.copy_state(backend_, from, to);
+  return true;
+}
+
 void ModelStepEngine::forward(std::span<StepItem> items) {
   // Each item is checked on its own first (the same checks forward_batch makes before touching any state),
   // so one sequence out of room fails alone and the others still share the pass.
@@ -163,6 +168,8 @@ struct Scheduler::Slot {
   Clock::time_point t_start, t_first;
   double prompt_ms = 0.0;
   uint64_t lru = 0;
+  bool parked = false;   // waits for its PrefillShare's leader to read the prompt
+  int64_t n_cached = 0;  // prompt tokens it took from the leader's prefill
   bool prompting() const { return n_prompt_done < static_cast<int64_t>(req.prompt.size()); }
 };
 
@@ -194,26 +201,41 @@ Scheduler::~Scheduler() {
 }
 
 std::shared_ptr<Ticket> Scheduler::submit(GenRequest request) {
-  auto ticket = std::make_shared<Ticket>();
-  std::string refusal;
-  if (request.prompt.empty()) refusal = "empty prompt";
-  if (static_cast<int64_t>(request.prompt.size()) + 1 > config_.n_ctx_slot)
-    refusal = "prompt longer than the slot's context";
-  if (request.id_slot >= config_.n_slots) refusal = "id_slot out of range";
-  if (!refusal.empty()) {
-    FinishInfo f;
-    f.reason = StopReason::Error;
-    f.error = refusal;
-    if (request.on_finish) request.on_finish(f);
-    return ticket;
+  std::vector<GenRequest> one;
+  one.push_back(std::move(request));
+  return submit_all(std::move(one)).front();
+}
+
+std::vector<std::shared_ptr<Ticket>> Scheduler::submit_all(std::vector<GenRequest> requests) {
+  std::vector<std::shared_ptr<Ticket>> tickets;
+  std::vector<Pending> ok;
+  for (GenRequest& request : requests) {
+    auto ticket = std::make_shared<Ticket>();
+    tickets.push_back(ticket);
+    std::string refusal;
+    if (request.prompt.empty()) refusal = "empty prompt";
+    if (static_cast<int64_t>(request.prompt.size()) + 1 > config_.n_ctx_slot)
+      refusal = "prompt longer than the slot's context";
+    if (request.id_slot >= config_.n_slots) refusal = "id_slot out of range";
+    if (!refusal.empty()) {
+      FinishInfo f;
+      f.reason = StopReason::Error;
+      f.error = refusal;
+      if (request.on_finish) request.on_finish(f);
+      continue;
+    }
+    ok.push_back(Pending{std::move(request), ticket, 0});
   }
   {
     std::lock_guard lk(mu_);
-    queue_.push_back(Pending{std::move(request), ticket, next_task_++});
+    for (Pending& p : ok) {
+      p.id_task = next_task_++;
+      queue_.push_back(std::move(p));
+    }
     stats_.requests_deferred = static_cast<int>(queue_.size());
   }
   cv_.notify_all();
-  return ticket;
+  return tickets;
 }
 
 // Moves queued requests into idle slots: a request naming a slot waits for that slot; the others take the
@@ -256,6 +278,14 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.t_start = Clock::now();
     s.prompt_ms = 0.0;
     s.lru = ++lru_clock_;
+    s.n_cached = 0;
+    s.parked = false;
+    if (const auto& sh = s.req.share) {
+      if (sh->leader < 0)
+        sh->leader = s.id;
+      else
+        s.parked = true;
+    }
     it = queue_.erase(it);
     any = true;
   }
@@ -274,6 +304,18 @@ void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
   f.predicted_ms = s.n_decoded > 0 ? ms_since(s.t_first) : 0.0;
   f.draft_n = static_cast<int64_t>(s.drafts.drafted_total());
   f.draft_n_accepted = static_cast<int64_t>(s.drafts.accepted_total());
+  f.n_cached = s.n_cached;
+  // A leader that ends before its prompt is read hands the read to the first member still waiting.
+  if (const auto& sh = s.req.share; sh && sh->leader == s.id) {
+    sh->leader = -1;
+    for (auto& o : slots_)
+      if (o->busy && o->parked && o->req.share == sh) {
+        o->parked = false;
+        sh->leader = o->id;
+        break;
+      }
+  }
+  s.parked = false;
   auto cb = std::move(s.req.on_finish);
   s.busy = false;
   s.state.reset();  // the state's memory goes back now, not at the slot's next request
@@ -366,7 +408,7 @@ void Scheduler::step() {
   size_t n = slots_.size();
   for (size_t k = 0; k < n && budget > 0; ++k) {
     Slot& s = *slots_[(rr_ + k) % n];
-    if (!s.busy || !s.prompting()) continue;
+    if (!s.busy || !s.prompting() || s.parked) continue;
     int64_t left = static_cast<int64_t>(s.req.prompt.size()) - s.n_prompt_done;
     int64_t take = std::min({left, config_.n_ubatch, budget});
     StepItem it;
@@ -421,6 +463,7 @@ void Scheduler::step() {
     if (was_prompt) {
       s.prompt_ms = ms_since(s.t_start);
       s.t_first = Clock::now();
+      if (s.req.share && s.req.share->leader == s.id) fork_followers(s, it);  // before its state can go
     }
     take_tokens(s, it);
   }
@@ -428,7 +471,7 @@ void Scheduler::step() {
   // Readahead: a prompt still being read names its next chunk now (the state has moved past this one), so
   // what that chunk reads is fetched while the scheduler samples and the next pass starts.
   for (auto& s : slots_)
-    if (s->busy && s->prompting())
+    if (s->busy && s->prompting() && !s->parked)
       hint(*s, std::min({static_cast<int64_t>(s->req.prompt.size()) - s->n_prompt_done, config_.n_ubatch,
                          config_.n_batch}));
 
@@ -549,6 +592,49 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
     }
     s.last = tok.id;
     return;
+  }
+}
+
+// The leader has read the shared prompt: every member waiting in a slot starts from a copy of its state and
+// samples its first token from the same last-position logits with its own sampler and seed. A member the
+// engine cannot copy to reads the prompt itself.
+void Scheduler::fork_followers(Slot& leader, const StepItem& it) {
+  const auto share = leader.req.share;
+  share->leader = -1;
+  for (auto& o : slots_) {
+    Slot& f = *o;
+    if (!f.busy || !f.parked || f.req.share != share) continue;
+    f.parked = false;
+    if (!f.state || f.req.prompt != leader.req.prompt) continue;  // reads its own prompt
+    bool copied = false;
+    try {
+      copied = engine_.copy_state(*leader.state, *f.state);
+    } catch (const std::exception&) {
+      // A copy that failed part way (out of memory for the draft queue) leaves the state unknown: a fresh
+      // one reads the prompt itself.
+      try {
+        f.state = engine_.new_state(config_.n_ctx_slot);
+      } catch (const std::exception& e) {
+        finish(f, StopReason::Error, e.what());
+      }
+      continue;
+    }
+    if (!copied) continue;
+    f.n_prompt_done = static_cast<int64_t>(f.req.prompt.size());
+    f.n_hinted = f.n_prompt_done;
+    f.n_cached = f.n_prompt_done;
+    f.prompt_ms = ms_since(f.t_start);
+    f.t_first = Clock::now();
+    StepItem fi;
+    fi.state = f.state.get();
+    fi.ids = it.ids;
+    fi.want_logits = true;
+    fi.logits = it.logits;
+    {
+      std::lock_guard lk(mu_);
+      stats_.tokens_predicted_total++;  // its first token, sampled outside any pass
+    }
+    take_tokens(f, fi);
   }
 }
 

@@ -47,6 +47,9 @@ class StepEngine {
   virtual bool drafting() const { return false; }
   virtual std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) { return {}; }
   virtual void commit(SequenceState& state, int64_t n) {}
+  // Makes `to` (a fresh state) the same sequence as `from` (Model::copy_state); false when this engine
+  // cannot, and each sequence then reads its own prompt.
+  virtual bool copy_state(SequenceState& from, SequenceState& to) { return false; }
 };
 
 // The engine over a Model and a Backend: a step is ONE Model::forward_batch over every item (decode tokens
@@ -65,6 +68,7 @@ class ModelStepEngine : public StepEngine {
   bool drafting() const override { return drafting_; }
   std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) override;
   void commit(SequenceState& state, int64_t n) override;
+  bool copy_state(SequenceState& from, SequenceState& to) override;
 
  private:
   void after_forward(const ForwardResult& r, StepItem& it);
@@ -116,6 +120,16 @@ struct FinishInfo {
   double predicted_ms = 0.0;
   int64_t draft_n = 0;           // drafts verified for this request
   int64_t draft_n_accepted = 0;  // of which accepted
+  int64_t n_cached = 0;          // prompt tokens taken from another request's prefill (not evaluated)
+};
+
+// Requests that carry the same PrefillShare have the same prompt (n > 1 choices of one prompt): the first one
+// admitted reads it, the others admitted while it does wait in their slots and, once it is read, start from a
+// copy of that state and of its last logits, so n choices cost one prefill and n decodes. Members admitted
+// later (fewer free slots than choices) share the next read among themselves the same way. Scheduler-thread
+// data.
+struct PrefillShare {
+  int leader = -1;  // the slot reading the prompt now, −1: none
 };
 
 struct GenRequest {
@@ -124,7 +138,8 @@ struct GenRequest {
   SamplingParams sampling;
   std::vector<int32_t> eos_ids;
   bool ignore_eos = false;
-  int id_slot = -1;  // ≥ 0: this slot only
+  int id_slot = -1;                     // ≥ 0: this slot only
+  std::shared_ptr<PrefillShare> share;  // n > 1 choices of one prompt: one prefill for all (PrefillShare)
   // Scheduler thread, before each sampling: may lower logits (a grammar's mask sets the tokens it rejects to
   // -inf). Empty: no constraint.
   std::function<void(std::vector<float>& logits)> constrain;
@@ -227,6 +242,9 @@ class Scheduler {
   // Queues a request. A prompt that cannot fit a slot (prompt + 1 > n_ctx_slot), an empty prompt or an
   // id_slot out of range are the caller's to refuse before this; here they finish at once with Error.
   std::shared_ptr<Ticket> submit(GenRequest request);
+  // Several queued together, in order: the scheduler sees them all at its next admission (so the members of
+  // a PrefillShare take slots in the same pass where enough are free).
+  std::vector<std::shared_ptr<Ticket>> submit_all(std::vector<GenRequest> requests);
 
   std::vector<SlotInfo> slots() const;
   SchedulerStats stats() const;
@@ -248,6 +266,7 @@ class Scheduler {
   int draft_width(Slot& s) const;
   int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);
+  void fork_followers(Slot& leader, const StepItem& it);
 
   StepEngine& engine_;
   const SchedulerConfig config_;

@@ -90,11 +90,13 @@ ojson llama_probs(const std::vector<TokenLogprob>& lps) {
 ojson timings(const FinishInfo& f) {
   auto per = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
   auto rate = [](double ms, int64_t n) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
-  return {{"cache_n", 0},
-          {"prompt_n", f.n_prompt},
+  // llama-server's split: prompt_n evaluated here, cache_n taken from elsewhere (another choice's prefill).
+  const int64_t evaluated = f.n_prompt - f.n_cached;
+  return {{"cache_n", f.n_cached},
+          {"prompt_n", evaluated},
           {"prompt_ms", f.prompt_ms},
-          {"prompt_per_token_ms", per(f.prompt_ms, f.n_prompt)},
-          {"prompt_per_second", rate(f.prompt_ms, f.n_prompt)},
+          {"prompt_per_token_ms", per(f.prompt_ms, evaluated)},
+          {"prompt_per_second", rate(f.prompt_ms, evaluated)},
           {"predicted_n", f.n_predicted},
           {"predicted_ms", f.predicted_ms},
           {"predicted_per_token_ms", per(f.predicted_ms, f.n_predicted)},
@@ -107,7 +109,7 @@ ojson usage(const FinishInfo& f) {
   return {{"prompt_tokens", f.n_prompt},
           {"completion_tokens", f.n_predicted},
           {"total_tokens", f.n_prompt + f.n_predicted},
-          {"prompt_tokens_details", {{"cached_tokens", 0}}}};
+          {"prompt_tokens_details", {{"cached_tokens", f.n_cached}}}};
 }
 
 // A request's fixed facts, shared by every object it sends.
@@ -225,6 +227,7 @@ FinishInfo total_of(const std::vector<std::shared_ptr<Generation>>& gens, int n_
   t.n_predicted = 0;
   t.prompt_ms = 0;
   t.predicted_ms = 0;
+  t.n_cached = 0;  // each prompt counted once, as read once
   for (size_t i = 0; i < gens.size(); ++i) {
     const FinishInfo& f = gens[i]->finish();
     if (i % static_cast<size_t>(n_per_prompt) == 0) t.n_prompt += f.n_prompt;
@@ -443,8 +446,11 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
     if (one.prompt.empty()) bad_request("the prompt is empty after tokenisation");
     if (static_cast<int64_t>(one.prompt.size()) + 1 > n_ctx_slot_)
       throw exceed_context(static_cast<int64_t>(one.prompt.size()), n_ctx_slot_);
+    // The prompt's choices read it once: the first admitted prefills, the others fork its state.
+    auto share = n > 1 ? std::make_shared<PrefillShare>() : nullptr;
     for (int c = 0; c < n; ++c) {
       GenSpec choice = one;
+      choice.share = share;
       choice.sampling.seed = spec.sampling.seed + static_cast<uint64_t>(c);
       specs.push_back(std::move(choice));
     }
@@ -478,9 +484,8 @@ void HttpServer::handle_completion(const httplib::Request& req, httplib::Respons
                  {"ignore_eos", spec.ignore_eos},
                  {"grammar", gbnf}};
 
-  std::vector<std::shared_ptr<Generation>> gens;
-  for (auto& one : specs)
-    gens.push_back(Generation::start(h.scheduler(), h.tokenizer(), std::move(one), h.eos_ids()));
+  std::vector<std::shared_ptr<Generation>> gens =
+      Generation::start_all(h.scheduler(), h.tokenizer(), std::move(specs), h.eos_ids());
   auto cancel_all = [gens] {
     for (auto& g : gens) g->cancel();
   };

@@ -23,22 +23,8 @@ Generation::Generation(const Tokenizer& tok, const GenSpec& spec)
   if (spec.parse_tools) tools_.emplace(spec.tool_syntax, spec.tools);
 }
 
-// Rejected tokens get -inf; EOS only once the grammar is complete; ids beyond the tokenizer's vocabulary
-// (padded heads) never.
 void Generation::constrain(std::vector<float>& logits) {
-  const std::vector<uint8_t>& ok = masker_->mask(gstate_);
-  const bool done = masker_->grammar().accepting(gstate_);
-  bool any = false;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    if (i < ok.size() && ok[i]) {
-      any = true;
-      continue;
-    }
-    logits[i] = -INFINITY;
-  }
-  for (int32_t e : eos_ids_)
-    if (e >= 0 && static_cast<size_t>(e) < logits.size() && (done || !any))
-      logits[static_cast<size_t>(e)] = 0.0f;
+  apply_mask(masker_->mask(gstate_), masker_->grammar().accepting(gstate_), eos_ids_, logits);
 }
 
 void Generation::split_tools(GenDelta& d, bool last) {
@@ -55,25 +41,42 @@ void Generation::split_tools(GenDelta& d, bool last) {
 
 std::shared_ptr<Generation> Generation::start(Scheduler& scheduler, const Tokenizer& tokenizer, GenSpec spec,
                                               const std::vector<int32_t>& eos_ids) {
-  auto g = std::shared_ptr<Generation>(new Generation(tokenizer, spec));
-  g->eos_ids_ = eos_ids;
-  GenRequest r;
-  if (g->masker_) r.constrain = [g](std::vector<float>& logits) { g->constrain(logits); };
-  r.prompt = std::move(spec.prompt);
-  r.n_predict = spec.n_predict;
-  r.sampling = spec.sampling;
-  r.eos_ids = eos_ids;
-  r.ignore_eos = spec.ignore_eos;
-  r.id_slot = spec.id_slot;
-  // The callbacks hold the generation alive until the scheduler is done with it, whatever the HTTP side does.
-  r.on_token = [g](const SampledToken& t) { return g->on_token(t); };
-  r.on_finish = [g](const FinishInfo& f) { g->on_finish(f); };
-  auto ticket = scheduler.submit(std::move(r));
-  {
-    std::lock_guard lk(g->mu_);
-    g->ticket_ = ticket;
+  std::vector<GenSpec> one;
+  one.push_back(std::move(spec));
+  return start_all(scheduler, tokenizer, std::move(one), eos_ids).front();
+}
+
+std::vector<std::shared_ptr<Generation>> Generation::start_all(Scheduler& scheduler,
+                                                               const Tokenizer& tokenizer,
+                                                               std::vector<GenSpec> specs,
+                                                               const std::vector<int32_t>& eos_ids) {
+  std::vector<std::shared_ptr<Generation>> gens;
+  std::vector<GenRequest> reqs;
+  for (GenSpec& spec : specs) {
+    auto g = std::shared_ptr<Generation>(new Generation(tokenizer, spec));
+    g->eos_ids_ = eos_ids;
+    GenRequest r;
+    if (g->masker_) r.constrain = [g](std::vector<float>& logits) { g->constrain(logits); };
+    r.prompt = std::move(spec.prompt);
+    r.n_predict = spec.n_predict;
+    r.sampling = spec.sampling;
+    r.eos_ids = eos_ids;
+    r.ignore_eos = spec.ignore_eos;
+    r.id_slot = spec.id_slot;
+    r.share = spec.share;
+    // The callbacks hold the generation alive until the scheduler is done with it, whatever the HTTP side
+    // does.
+    r.on_token = [g](const SampledToken& t) { return g->on_token(t); };
+    r.on_finish = [g](const FinishInfo& f) { g->on_finish(f); };
+    reqs.push_back(std::move(r));
+    gens.push_back(std::move(g));
   }
-  return g;
+  auto tickets = scheduler.submit_all(std::move(reqs));
+  for (size_t i = 0; i < gens.size(); ++i) {
+    std::lock_guard lk(gens[i]->mu_);
+    gens[i]->ticket_ = tickets[i];
+  }
+  return gens;
 }
 
 bool Generation::on_token(const SampledToken& t) {

@@ -42,6 +42,8 @@ struct GenSpec {
   // tokenizer's vocabulary trie it masks over.
   // The masker is shared by every request with the same grammar (its mask cache with it); only the
   // scheduler thread calls it.
+  // n > 1 choices of one prompt share one prefill (the scheduler forks the state).
+  std::shared_ptr<PrefillShare> share;
   std::shared_ptr<TokenMasker> masker;
   // Tool calls parsed out of the content in this syntax (parse_tools false: content stays as generated).
   bool parse_tools = false;
@@ -63,6 +65,11 @@ class Generation {
   // Submits at once. eos_ids: the ids that end generation.
   static std::shared_ptr<Generation> start(Scheduler& scheduler, const Tokenizer& tokenizer, GenSpec spec,
                                            const std::vector<int32_t>& eos_ids);
+  // Several at once, queued together (Scheduler::submit_all): the choices of one prompt are admitted in the
+  // same pass where slots allow, so they share its prefill.
+  static std::vector<std::shared_ptr<Generation>> start_all(Scheduler& scheduler, const Tokenizer& tokenizer,
+                                                            std::vector<GenSpec> specs,
+                                                            const std::vector<int32_t>& eos_ids);
   enum class Poll { Output, Timeout, Finished };
   // Output: `out` holds the next delta. Finished: nothing more will come (finish() is valid).
   Poll next(GenDelta& out, std::chrono::milliseconds wait);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 #include <map>
 #include <optional>
@@ -369,6 +370,15 @@ class GrammarBuilder {
             e.type = Grammar::Type::Chars;
             e.negated = s.negated;
             e.ranges = s.ranges;
+            std::sort(e.ranges.begin(), e.ranges.end());
+            std::vector<std::pair<uint32_t, uint32_t>> merged;
+            for (auto r : e.ranges) {
+              if (!merged.empty() && uint64_t{r.first} <= uint64_t{merged.back().second} + 1)
+                merged.back().second = std::max(merged.back().second, r.second);
+              else
+                merged.push_back(r);
+            }
+            e.ranges = std::move(merged);
           }
           g->elems_.push_back(std::move(e));
         }
@@ -472,6 +482,15 @@ bool Grammar::char_ok(const Elem& e, uint32_t cp) const {
   return in != e.negated;
 }
 
+// Whether sorted, merged ranges cover all of [lo, hi].
+static bool covered(const std::vector<std::pair<uint32_t, uint32_t>>& r, uint32_t lo, uint32_t hi) {
+  for (auto [a, b] : r) {
+    if (b < lo) continue;
+    return a <= lo && b >= hi;  // merged: the first range reaching lo must hold all of it
+  }
+  return false;
+}
+
 // Could the element take some character in [lo, hi]? (A partial UTF-8 character narrows it to a range.)
 bool Grammar::range_possible(const Elem& e, uint32_t lo, uint32_t hi) const {
   if (!e.negated) {
@@ -479,26 +498,24 @@ bool Grammar::range_possible(const Elem& e, uint32_t lo, uint32_t hi) const {
       if (a <= hi && b >= lo) return true;
     return false;
   }
-  // Negated: possible unless the excluded ranges cover all of [lo, hi].
-  uint32_t next = lo;
-  std::vector<std::pair<uint32_t, uint32_t>> r = e.ranges;
-  std::sort(r.begin(), r.end());
-  for (auto [a, b] : r) {
-    if (a > next) break;
-    if (b >= next) {
-      if (b >= hi) return false;
-      next = b + 1;
-    }
-  }
-  return next <= hi;
+  return !covered(e.ranges, lo, hi);  // negated: possible unless the excluded ranges cover it
 }
 
-bool Grammar::advance_cp(State& s, uint32_t cp) const {
+// Does the element take every character in [lo, hi]?
+bool Grammar::range_all(const Elem& e, uint32_t lo, uint32_t hi) const {
+  if (!e.negated) return covered(e.ranges, lo, hi);
+  for (auto [a, b] : e.ranges)
+    if (a <= hi && b >= lo) return false;
+  return true;
+}
+
+// Reads one character: `cp`, or (any) a character every stack top is known to take.
+bool Grammar::advance_cp(State& s, uint32_t cp, bool any) const {
   std::vector<Stack> next;
   for (const Stack& st : s.stacks) {
     if (st.empty()) continue;
     const Elem& e = elems_[st.back()];
-    if (!char_ok(e, cp)) continue;
+    if (!any && !char_ok(e, cp)) continue;
     Stack n = st;
     n.back() += 1;
     if (elems_[n.back()].type == Type::End) n.pop_back();
@@ -512,38 +529,70 @@ bool Grammar::advance_cp(State& s, uint32_t cp) const {
 }
 
 bool Grammar::advance(State& s, uint8_t b) const {
+  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
   if (s.partial_left == 0) {
     int n = utf8_len(b);
     if (n == 0) return false;
-    if (n == 1) return advance_cp(s, b);
+    if (n == 1) return advance_cp(s, b, false);
     s.partial = b & (0x7Fu >> n);
     s.partial_left = n - 1;
     s.partial_len = 1;
   } else {
     if ((b & 0xC0) != 0x80) return false;
+    if (s.any_tail) {  // the rest of the character cannot change the outcome: only its length counts
+      if (--s.partial_left > 0) return true;
+      s.any_tail = false;
+      return advance_cp(s, 0, true);
+    }
     s.partial = (s.partial << 6) | (b & 0x3F);
     s.partial_left--;
     s.partial_len++;
     if (s.partial_left == 0) {
-      static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
       uint32_t cp = s.partial;
       bool overlong = cp < min_cp[s.partial_len];
       s.partial = 0;
       s.partial_len = 0;
       if (overlong || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
-      return advance_cp(s, cp);
+      return advance_cp(s, cp, false);
     }
   }
-  // Mid-character: some element must take a character that starts with these bytes. The shortest form only
-  // (no overlong encodings), at most U+10FFFF.
-  static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
-  uint32_t lo = s.partial << (6 * s.partial_left);
-  uint32_t hi = std::min<uint32_t>(lo | ((1u << (6 * s.partial_left)) - 1), 0x10FFFF);
-  lo = std::max(lo, min_cp[s.partial_len + s.partial_left]);
-  if (lo > hi) return false;
-  for (const Stack& st : s.stacks)
-    if (!st.empty() && range_possible(elems_[st.back()], lo, hi)) return true;
-  return false;
+  // Mid-character: some element must take a valid character that starts with these bytes: the shortest form
+  // only (no overlong encodings), at most U+10FFFF, no surrogate. The range of such characters is [lo, hi]
+  // less the surrogates, so up to two pieces.
+  const uint32_t raw_lo = s.partial << (6 * s.partial_left);
+  const uint32_t raw_hi = raw_lo | ((1u << (6 * s.partial_left)) - 1);
+  const uint32_t lo = std::max(raw_lo, min_cp[s.partial_len + s.partial_left]);
+  const uint32_t hi = std::min<uint32_t>(raw_hi, 0x10FFFF);
+  std::pair<uint32_t, uint32_t> pieces[2];
+  int n_pieces = 0;
+  if (lo <= std::min<uint32_t>(hi, 0xD7FF)) pieces[n_pieces++] = {lo, std::min<uint32_t>(hi, 0xD7FF)};
+  if (std::max<uint32_t>(lo, 0xE000) <= hi) pieces[n_pieces++] = {std::max<uint32_t>(lo, 0xE000), hi};
+  if (n_pieces == 0) return false;
+  // Stacks that cannot take any character in the range are dropped now (they could not survive it), and when
+  // every remaining one takes all of it and every completion is a valid character, the prefix's exact bits
+  // no longer matter: the state forgets them, so the many lead bytes of, say, CJK text inside a JSON string
+  // are one state, not one per prefix (the mask's automaton stays small).
+  std::vector<Stack> keep;
+  bool all = true;
+  for (Stack& st : s.stacks) {
+    if (st.empty()) continue;
+    const Elem& e = elems_[st.back()];
+    bool possible = false;
+    for (int k = 0; k < n_pieces; ++k)
+      possible = possible || range_possible(e, pieces[k].first, pieces[k].second);
+    if (!possible) continue;
+    all = all && range_all(e, lo, hi);
+    keep.push_back(std::move(st));
+  }
+  if (keep.empty()) return false;
+  s.stacks = std::move(keep);
+  const bool valid_all = lo == raw_lo && hi == raw_hi && (hi < 0xD800 || lo > 0xDFFF);
+  if (all && valid_all) {
+    s.any_tail = true;
+    s.partial = 0;
+    s.partial_len = 0;
+  }
+  return true;
 }
 
 bool Grammar::advance(State& s, const std::string& bytes) const {
@@ -572,57 +621,174 @@ bool Grammar::matches(const std::string& text) const {
 
 VocabTrie::VocabTrie(const std::vector<std::string>& token_bytes, const std::vector<bool>& is_text)
     : vocab(token_bytes.size()) {
-  nodes.emplace_back();
-  for (size_t id = 0; id < token_bytes.size(); ++id) {
-    if (!is_text[id] || token_bytes[id].empty()) continue;
-    uint32_t node = 0;
-    for (unsigned char c : token_bytes[id]) {
-      auto& kids = nodes[node].kids;
-      auto it = std::find_if(kids.begin(), kids.end(), [c](const auto& k) { return k.first == c; });
-      if (it != kids.end()) {
-        node = it->second;
-      } else {
-        uint32_t nn = static_cast<uint32_t>(nodes.size());
-        nodes[node].kids.push_back({c, nn});
-        nodes.emplace_back();
-        node = nn;
-      }
+  // Sorted by bytes, tokens sharing a prefix are neighbours: each token adds the nodes past its common prefix
+  // with the one before, and a node's subtree ends where a later token leaves its prefix.
+  std::vector<int32_t> order;
+  for (size_t id = 0; id < token_bytes.size(); ++id)
+    if (is_text[id] && !token_bytes[id].empty()) order.push_back(static_cast<int32_t>(id));
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return token_bytes[static_cast<size_t>(a)] < token_bytes[static_cast<size_t>(b)];
+  });
+  byte.push_back(0);
+  depth.push_back(0);
+  next.push_back(0);
+  tok_off.push_back(0);
+  std::vector<uint32_t> path = {0};  // path[d]: the node at depth d of the previous token
+  const std::string* prev = nullptr;
+  for (int32_t id : order) {
+    const std::string& t = token_bytes[static_cast<size_t>(id)];
+    if (t.size() > 65535) throw GrammarError("grammar: a vocabulary token longer than 65535 bytes");
+    size_t common = 0;
+    if (prev)
+      while (common < prev->size() && common < t.size() && (*prev)[common] == t[common]) ++common;
+    while (path.size() > common + 1) {
+      next[path.back()] = static_cast<uint32_t>(byte.size());
+      path.pop_back();
     }
-    nodes[node].tokens.push_back(static_cast<int32_t>(id));
+    for (size_t d = common; d < t.size(); ++d) {
+      path.push_back(static_cast<uint32_t>(byte.size()));
+      byte.push_back(static_cast<uint8_t>(t[d]));
+      depth.push_back(static_cast<uint16_t>(d + 1));
+      next.push_back(0);
+      tok_off.push_back(static_cast<uint32_t>(tok.size()));
+    }
+    tok.push_back(id);  // at the node of depth t.size(), the last one created (or a duplicate's)
+    max_depth = std::max(max_depth, t.size());
+    prev = &t;
   }
+  for (uint32_t n : path) next[n] = static_cast<uint32_t>(byte.size());
+  tok_off.push_back(static_cast<uint32_t>(tok.size()));
 }
+
+size_t TokenMasker::StateHash::operator()(const Grammar::State& s) const {
+  uint64_t h = 1469598103934665603ull ^ (s.partial * 31u + static_cast<uint32_t>(s.partial_left) * 7u +
+                                         s.partial_len * 3u + s.any_tail);
+  auto mix = [&](uint64_t v) { h = (h ^ v) * 1099511628211ull; };
+  for (const auto& st : s.stacks) {
+    mix(st.size() | 0x80000000ull);
+    for (uint32_t e : st) mix(e);
+  }
+  return static_cast<size_t>(h);
+}
+
+// Bounds on what one masker keeps: transitions cost 1 KiB per automaton state, a mask vocab/8 bytes.
+static constexpr size_t kMaxStates = 16384;
+static constexpr size_t kMasks = 128;
 
 TokenMasker::TokenMasker(std::shared_ptr<const Grammar> g, std::shared_ptr<const VocabTrie> trie)
     : g_(std::move(g)), trie_(std::move(trie)) {}
 
-void TokenMasker::walk(uint32_t node, const Grammar::State& s, std::vector<uint8_t>& out) const {
-  const auto& nodes = trie_->nodes;
-  for (const auto& [b, kid] : nodes[node].kids) {
-    Grammar::State t = s;
-    if (!g_->advance(t, b)) continue;  // every token below shares this rejected prefix
-    for (int32_t id : nodes[kid].tokens) out[static_cast<size_t>(id)] = 1;
-    if (!nodes[kid].kids.empty()) walk(kid, t, out);
+void TokenMasker::reset() {
+  ids_.clear();
+  states_.clear();
+  trans_.clear();
+  mask_of_.clear();
+  masks_.clear();
+  victim_ = 0;
+}
+
+int32_t TokenMasker::intern(Grammar::State s) {
+  auto [it, fresh] = ids_.try_emplace(std::move(s), static_cast<int32_t>(states_.size()));
+  if (fresh) {
+    states_.push_back(&it->first);
+    trans_.emplace_back();
+    trans_.back().fill(kUnknown);
+    mask_of_.push_back(-1);
+  }
+  return it->second;
+}
+
+int32_t TokenMasker::transition(int32_t from, uint8_t b) {
+  int32_t to = trans_[static_cast<size_t>(from)][b];
+  if (to != kUnknown) return to;
+  Grammar::State t = *states_[static_cast<size_t>(from)];
+  to = g_->advance(t, b) ? intern(std::move(t)) : kReject;  // intern may grow trans_: index again
+  trans_[static_cast<size_t>(from)][b] = to;
+  return to;
+}
+
+// One scan of the preorder trie: a node's state is its parent's (the state at depth − 1 on the current path)
+// after its byte; a rejected node skips its subtree, since every token below starts with the same bytes.
+void TokenMasker::walk(int32_t root, TokenMask& out) {
+  const VocabTrie& t = *trie_;
+  at_.assign(t.max_depth + 1, kReject);
+  at_[0] = root;
+  const uint32_t n = static_cast<uint32_t>(t.size());
+  const uint8_t* byte = t.byte.data();
+  const uint16_t* depth = t.depth.data();
+  const uint32_t* next = t.next.data();
+  const uint32_t* off = t.tok_off.data();
+  const int32_t* tok = t.tok.data();
+  int32_t* at = at_.data();
+  const int32_t* trans = trans_.front().data();  // [state][byte], re-read when a transition is added
+  for (uint32_t i = 1; i < n;) {
+    const uint16_t d = depth[i];
+    const int32_t from = at[d - 1u];
+    int32_t to = trans[static_cast<size_t>(from) * 256 + byte[i]];
+    if (to == kUnknown) {
+      to = transition(from, byte[i]);
+      trans = trans_.front().data();
+    }
+    if (to < 0) {
+      i = next[i];
+      continue;
+    }
+    at[d] = to;
+    for (uint32_t k = off[i]; k < off[i + 1]; ++k) out.set(static_cast<size_t>(tok[k]));
+    ++i;
   }
 }
 
-const std::vector<uint8_t>& TokenMasker::mask(const Grammar::State& s) {
-  for (size_t i = cache_.size(); i-- > 0;) {
-    if (cache_[i].state == s) {
-      hits_++;
-      if (i + 1 != cache_.size()) {
-        Entry e = std::move(cache_[i]);
-        cache_.erase(cache_.begin() + static_cast<long>(i));
-        cache_.push_back(std::move(e));
-      }
-      return cache_.back().mask;
-    }
+const TokenMask& TokenMasker::mask(const Grammar::State& s) {
+  if (states_.size() > kMaxStates) reset();  // between walks only: a walk holds state ids
+  const int32_t id = intern(s);
+  if (int32_t m = mask_of_[static_cast<size_t>(id)]; m >= 0) {
+    hits_++;
+    return masks_[static_cast<size_t>(m)].mask;
   }
   misses_++;
-  Entry e{s, std::vector<uint8_t>(trie_->vocab, 0)};
-  walk(0, s, e.mask);
-  if (cache_.size() >= 64) cache_.erase(cache_.begin());
-  cache_.push_back(std::move(e));
-  return cache_.back().mask;
+  size_t slot = masks_.size();
+  if (slot < kMasks) {
+    masks_.push_back({});
+  } else {
+    slot = victim_;
+    victim_ = (victim_ + 1) % kMasks;
+    mask_of_[static_cast<size_t>(masks_[slot].state)] = -1;
+  }
+  masks_[slot].state = id;
+  masks_[slot].mask = TokenMask(trie_->vocab);
+  walk(id, masks_[slot].mask);
+  mask_of_[static_cast<size_t>(id)] = static_cast<int32_t>(slot);
+  return masks_[slot].mask;
+}
+
+void apply_mask(const TokenMask& ok, bool accepting, std::span<const int32_t> eos_ids,
+                std::vector<float>& logits) {
+  // EOS keeps its own logit where it is allowed (not a fixed value that would reweigh it against the text).
+  std::vector<std::pair<size_t, float>> eos;
+  for (int32_t e : eos_ids)
+    if (e >= 0 && static_cast<size_t>(e) < logits.size())
+      eos.push_back({static_cast<size_t>(e), logits[static_cast<size_t>(e)]});
+  bool any = false;
+  // A word at a time: a JSON string's mask is nearly all ones, a literal's nearly all zeros. Bits past the
+  // vocabulary are never set, so padded ids are refused with the rest.
+  const std::vector<uint64_t>& words = ok.words();
+  const size_t n = logits.size();
+  float* out = logits.data();
+  for (size_t w = 0; w * 64 < n; ++w) {
+    const uint64_t bits = w < words.size() ? words[w] : 0;
+    const size_t begin = w * 64, end = std::min(n, begin + 64);
+    any = any || bits != 0;
+    if (bits == ~uint64_t{0}) continue;
+    if (bits == 0) {
+      std::fill(out + begin, out + end, -INFINITY);
+      continue;
+    }
+    for (size_t i = begin; i < end; ++i)
+      if (!((bits >> (i - begin)) & 1u)) out[i] = -INFINITY;
+  }
+  if (accepting || !any)
+    for (auto [e, v] : eos) logits[e] = std::isfinite(v) || any ? v : 0.0f;  // a dead end must still end
 }
 
 }  // namespace bloomery::server

@@ -21,6 +21,7 @@
 #include "models/model_loader.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
+#include "tools/bench_grammar.h"
 #include "tools/command.h"
 #include "tools/synthetic_model.h"
 #ifdef BLOOMERY_HAVE_CUDA
@@ -186,6 +187,17 @@ int run_bench(int argc, char** argv) {
   app.add_flag(
       "--profile-tg", bp.profile_tg,
       "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
+  GrammarBenchArgs gb;
+  app.add_option(
+      "--grammar", gb.grammar_file,
+      "a GBNF file: also measure the constrained-decoding mask per decode step over the tokenizer's "
+      "vocabulary (first and cached visits of grammar states), against the first tg row's step");
+  app.add_option("--json-schema", gb.schema_file,
+                 "a JSON schema file: as --grammar, compiled as the server does");
+  app.add_option("--grammar-tokenizer", gb.tokenizer_dir,
+                 "the folder whose tokenizer.json --grammar masks (default: the -m folder)");
+  app.add_option("--grammar-generations", gb.seeds, "random constrained generations for --grammar")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
   CLI11_PARSE(app, argc, argv);
@@ -367,6 +379,15 @@ int run_bench(int argc, char** argv) {
     (no_tg ? bp.profile_pp : bp.profile_tg) = true;
   }
   const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
+  std::string grammar_line;
+  if (gb.wanted()) {
+    double tg_ms = 0;
+    for (const BenchRow& r : rows)
+      if (r.test[0] == 't' && !r.skipped && tg_ms == 0) tg_ms = percentile(r.ms, 0.5);
+    j["grammar_mask"] = bench_grammar_mask(gb, folder, tg_ms);
+    write_json_out(j);
+    grammar_line = grammar_mask_line(j["grammar_mask"]);
+  }
   std::string graphs_line, op_lines;
 #ifdef BLOOMERY_HAVE_CUDA
   if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && op_times_requested()) {
@@ -459,7 +480,7 @@ int run_bench(int argc, char** argv) {
       "(pp ms: time to first token of the C prompts; tg ms: one decode step of all C sequences, "
       "greedy sampled; roofline: bytes one step reads / step time against the copy bandwidth; "
       "experts per step estimated as E·(1-(1-k/E)^C))\n");
-  std::printf("%s%s", graphs_line.c_str(), op_lines.c_str());
+  std::printf("%s%s%s", graphs_line.c_str(), op_lines.c_str(), grammar_line.c_str());
   return 0;
 }
 

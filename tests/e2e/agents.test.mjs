@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { writeFileSync, mkdtempSync } from 'node:fs';
 import os from 'node:os';
-import { startServer, postJson, FIXTURES } from './harness.mjs';
+import { startServer, postJson, getJson, metric, FIXTURES } from './harness.mjs';
 
 const TEMPLATES = path.resolve(FIXTURES, '../chat_templates');
 const tools = [{
@@ -217,6 +217,39 @@ test('n > 1 and several prompts in one /v1/completions request', async () => {
   assert.equal(c.usage.prompt_tokens, p1.usage.prompt_tokens + p2.usage.prompt_tokens);
   const again = await client.completions.create({ model: 'm', prompt: 'Two words', max_tokens: 4, seed: 3 });
   assert.equal(c.choices[2].text, again.choices[0].text);
+});
+
+test('n > 1 choices share one prefill: the prompt is read once, each choice is its own seed\'s sample', async () => {
+  const s = await startServer({ args: ['-np', '3', '-c', '1024', '--metrics'] });
+  try {
+    const prompt = 'The quick brown fox jumps over the lazy dog, and then';
+    const tokensRead = async () => metric((await getJson(`${s.url}/metrics`)).body, 'llamacpp:prompt_tokens_total');
+    const before = await tokensRead();
+    const r = await postJson(`${s.url}/completion`, { prompt, n_cmpl: 3, n_predict: 8, temperature: 1, seed: 5 });
+    assert.equal(r.status, 200, JSON.stringify(r.body));
+    assert.equal(r.body.length, 3);
+    const n = r.body[0].tokens_evaluated;
+    assert.ok(n > 5);
+    // llama-server's timings: one choice evaluated the prompt, the two others took it from that prefill.
+    const split = r.body.map((c) => [c.timings.prompt_n, c.timings.cache_n]).sort((a, b) => b[0] - a[0]);
+    assert.deepEqual(split, [[n, 0], [0, n], [0, n]]);
+    assert.equal(await tokensRead() - before, n, 'the prompt is read once for three choices');
+    // Each choice is exactly what its seed gives alone (choice i has seed + i), and the samples differ.
+    for (let i = 0; i < 3; i++) {
+      const one = await postJson(`${s.url}/completion`, { prompt, n_predict: 8, temperature: 1, seed: 5 + i });
+      assert.equal(r.body[i].content, one.body.content, `choice ${i}`);
+      assert.equal(one.body.timings.cache_n, 0);
+    }
+    assert.ok(new Set(r.body.map((c) => c.content)).size > 1, 'different seeds should give different samples');
+    // Greedy: n identical choices, still from one read; usage counts the prompt once.
+    const b2 = await tokensRead();
+    const g = await s.client().chat.completions.create({ model: 'm', messages: [{ role: 'user', content: prompt }], n: 3, max_tokens: 8, temperature: 0 });
+    const said = (c) => (c.message.reasoning_content ?? '') + (c.message.content ?? '');
+    assert.equal(new Set(g.choices.map(said)).size, 1);
+    assert.equal(await tokensRead() - b2, g.usage.prompt_tokens);
+  } finally {
+    await s.stop();
+  }
 });
 
 test('--grammar-file constrains every request that brings no grammar of its own', async () => {

@@ -250,6 +250,51 @@ TEST_P(SpecDecode, CommitEqualsFeedingOnlyTheAcceptedTokens) {
   EXPECT_EQ(b->history, cp.history);
 }
 
+// n > 1 choices fork one prefill (Model::copy_state): the copy is the same state, draft cache and queue
+// included, and goes on exactly like the original through drafts, verifies, commits and plain decodes; a
+// pending verify refuses to be copied.
+TEST_P(SpecDecode, CopiedStateGoesOnLikeTheOriginal) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 21, 11);
+  ModelStepEngine e(model(), be());
+  e.enable_drafting({});
+  auto a = e.new_state(128);
+  auto feed = [&](SequenceState& st, std::vector<int32_t> ids, bool spec) {
+    StepItem it;
+    it.state = &st;
+    it.ids = ids;
+    it.want_logits = true;
+    it.speculative = spec;
+    std::vector<StepItem> items{it};
+    e.forward(items);
+    EXPECT_EQ(items[0].error, "");
+    return items[0].logits;
+  };
+  feed(*a, {prompt.begin(), prompt.begin() + 9}, false);
+  feed(*a, {prompt.begin() + 9, prompt.end()}, false);
+  auto c = e.new_state(128);
+  ASSERT_TRUE(e.copy_state(*a, *c));
+  expect_same_state(model(), be(), *a, *c, "copied", true);
+  int32_t pending = prompt.back();
+  for (int round = 0; round < 4; ++round) {
+    const auto da = e.draft(*a, pending, 3), dc = e.draft(*c, pending, 3);
+    ASSERT_EQ(da, dc) << "round " << round;
+    std::vector<int32_t> rows{pending};
+    rows.insert(rows.end(), da.begin(), da.end());
+    EXPECT_EQ(feed(*a, rows, true), feed(*c, rows, true)) << "round " << round;
+    const int64_t keep = 1 + static_cast<int64_t>(mix(round, 5) % rows.size());
+    e.commit(*a, keep);
+    e.commit(*c, keep);
+    pending = static_cast<int32_t>(mix(round, 8) % V);
+    EXPECT_EQ(feed(*a, {pending}, false), feed(*c, {pending}, false)) << "round " << round;
+    expect_same_state(model(), be(), *a, *c, "round " + std::to_string(round), true);
+  }
+  std::vector<int32_t> more = tokens(V, 3, 5);
+  feed(*a, more, true);
+  auto d = e.new_state(128);
+  EXPECT_THROW(model().copy_state(be(), *a, *d), Error);
+}
+
 TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
   const int64_t V = model().info().vocab_size;
   const auto prompt = tokens(V, 40, 3);

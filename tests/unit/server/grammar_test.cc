@@ -3,6 +3,7 @@
 // walks validate), and the tool-call parser on scripted text.
 #include "server/grammar.h"
 
+#include <cmath>
 #include <random>
 
 #include <gtest/gtest.h>
@@ -79,7 +80,7 @@ TEST(Grammar, MaskAllowsExactlyTheTokensThatStayInside) {
   auto allowed = [&](const std::string& so_far) {
     Grammar::State s = g->initial();
     EXPECT_TRUE(g->advance(s, so_far));
-    const auto& mask = m.mask(s);
+    const TokenMask& mask = m.mask(s);
     std::vector<std::string> ok;
     for (size_t i = 0; i < vocab.size(); ++i)
       if (mask[i]) ok.push_back(vocab[i]);
@@ -94,6 +95,223 @@ TEST(Grammar, MaskAllowsExactlyTheTokensThatStayInside) {
   uint64_t misses = m.cache_misses();
   allowed("{\"a\":");
   EXPECT_EQ(m.cache_misses(), misses);
+}
+
+namespace {
+
+// What the mask must be, token by token: the state after the token's bytes exists.
+std::vector<bool> brute_mask(const Grammar& g, const Grammar::State& s, const std::vector<std::string>& vocab,
+                             const std::vector<bool>& text) {
+  std::vector<bool> ok(vocab.size(), false);
+  for (size_t i = 0; i < vocab.size(); ++i) {
+    if (!text[i] || vocab[i].empty()) continue;
+    Grammar::State t = s;
+    ok[i] = g.advance(t, vocab[i]);
+  }
+  return ok;
+}
+
+// A byte-level vocabulary built to hit the hard cases: JSON punctuation glued to text (tokens that cross
+// element boundaries), multibyte characters cut at every byte, stray continuation and invalid bytes,
+// duplicates, long runs, an empty token and special tokens.
+std::vector<std::string> tricky_vocab(std::mt19937_64& rng, size_t n) {
+  const std::vector<std::string> pieces = {"{",    "}",    "[",    "]",  "\"",  ":", ",",  " ", "\n",
+                                           "\\",   "a",    "bc",   "n",  "u",   "0", "12", "-", ".",
+                                           "e",    "true", "ul",   "l",  "é",   "α", "€",  "😀", "\xCE",
+                                           "\xB1", "\x80", "\xFF", "\t", "\"a", "x"};
+  std::vector<std::string> v = {"", "{", "\"", "é"};
+  while (v.size() < n) {
+    std::string t;
+    size_t k = 1 + rng() % 4;
+    for (size_t j = 0; j < k; ++j) t += pieces[rng() % pieces.size()];
+    if (rng() % 5 == 0 && t.size() > 1) t = t.substr(rng() % t.size());  // cut inside a character
+    if (rng() % 50 == 0) t = std::string(1 + rng() % 40, ' ');
+    v.push_back(t);
+    if (rng() % 30 == 0) v.push_back(t);  // a duplicate id
+  }
+  return v;
+}
+
+}  // namespace
+
+// Applying a mask: refused ids (and ids past the vocabulary, padded heads) get -inf, allowed ones keep their
+// logit; EOS keeps its own logit once the grammar accepts and is refused before; a dead end (nothing
+// allowed) still lets EOS end the answer.
+TEST(Grammar, ApplyMaskKeepsAllowedLogitsAndGatesEos) {
+  TokenMask m(130);
+  for (size_t i : {0, 5, 64, 127}) m.set(i);
+  const std::vector<int32_t> eos = {129};
+  std::vector<float> row(140, 2.5f);
+  row[129] = 7.0f;
+  apply_mask(m, false, eos, row);
+  for (size_t i = 0; i < row.size(); ++i) {
+    const bool allowed = i == 0 || i == 5 || i == 64 || i == 127;
+    EXPECT_EQ(row[i], allowed ? 2.5f : -INFINITY) << i;
+  }
+  std::vector<float> done(140, 2.5f);
+  done[129] = 7.0f;
+  apply_mask(m, true, eos, done);
+  EXPECT_EQ(done[129], 7.0f);
+  EXPECT_EQ(done[64], 2.5f);
+  EXPECT_EQ(done[135], -INFINITY);
+  std::vector<float> dead(140, 1.0f);
+  dead[129] = -INFINITY;
+  apply_mask(TokenMask(130), false, eos, dead);
+  EXPECT_EQ(dead[129], 0.0f);
+  EXPECT_EQ(dead[3], -INFINITY);
+}
+
+// Byte by byte against character by character: a strict UTF-8 decoder in the test feeds whole characters;
+// at every character boundary the two states are equal, and in the middle of a character the byte path is
+// alive exactly when some valid character with those leading bytes is taken (checked over every completion).
+// This is what lets the state forget a prefix's bits (State::any_tail) without changing any answer.
+TEST(Grammar, BytePathEqualsTheCharacterPath) {
+  const std::vector<std::string> grammars = {
+      "root ::= ( [α-ω] | [^\\x00-\\x7F\\u4E00-\\u4E2F] | \"x\" )* \"!\"",
+      "root ::= [\\u0800-\\uD7FF\\uE000-\\uFFFF]+ | [\\U00010000-\\U0010FFFF] [a-z]",
+      "root ::= \"\\\"\" [^\"\\\\]{0,4} \"\\\"\" | [\\u00C0-\\u00FF]+ [0-9]"};
+  // Whole characters from every UTF-8 length and the edges (U+0800, U+D7FF, U+E000, U+10000, U+10FFFF), and
+  // bytes that are no character: a stray continuation, overlong leads, a surrogate, beyond U+10FFFF.
+  const std::vector<std::string> pieces = {"x",
+                                           "!",
+                                           "\"",
+                                           "a",
+                                           "7",
+                                           "α",
+                                           "ω",
+                                           "é",
+                                           "ÿ",
+                                           "À",
+                                           "中",
+                                           "丢",
+                                           "一",
+                                           "\xE0\xA0\x80",
+                                           "\xED\x9F\xBF",
+                                           "\xEE\x80\x80",
+                                           "\xF0\x90\x80\x80",
+                                           "\xF4\x8F\xBF\xBF",
+                                           "😀",
+                                           "\x80",
+                                           "\xC0\xAF",
+                                           "\xE0\x80\xAF",
+                                           "\xED\xA0\x80",
+                                           "\xF4\x90\x80\x80",
+                                           "\xF5",
+                                           "\xCE",
+                                           "\xE4\xB8"};
+  auto decode = [](const std::string& b, size_t& i, uint32_t& cp) {  // false: no valid character at i
+    const unsigned char c = static_cast<unsigned char>(b[i]);
+    const int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0 || i + static_cast<size_t>(n) > b.size()) return false;
+    cp = n == 1 ? c : (c & (0x7Fu >> n));
+    for (int k = 1; k < n; ++k) {
+      const unsigned char d = static_cast<unsigned char>(b[i + static_cast<size_t>(k)]);
+      if ((d & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (d & 0x3F);
+    }
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += static_cast<size_t>(n);
+    return true;
+  };
+  // Some valid character starting with `prefix` (1–3 bytes of one character) is taken from state `s`.
+  auto some_completion = [&](const Grammar& g, const Grammar::State& s, const std::string& prefix) {
+    const unsigned char c = static_cast<unsigned char>(prefix[0]);
+    const int n = (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    if (n == 0) return false;
+    const int left = n - static_cast<int>(prefix.size());
+    uint32_t tails = 1u << (6 * left);
+    for (uint32_t t = 0; t < tails; ++t) {
+      std::string full = prefix;
+      for (int k = left - 1; k >= 0; --k) full += static_cast<char>(0x80 | ((t >> (6 * k)) & 0x3F));
+      size_t i = 0;
+      uint32_t cp = 0;
+      if (!decode(full, i, cp)) continue;
+      Grammar::State u = s;
+      if (g.advance_char(u, cp)) return true;
+    }
+    return false;
+  };
+  size_t compared = 0;
+  for (const auto& src : grammars) {
+    auto g = Grammar::parse(src);
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      std::mt19937_64 rng(seed);
+      std::string text;
+      for (size_t k = 1 + rng() % 8; k > 0; --k) text += pieces[rng() % pieces.size()];
+      Grammar::State bytes = g->initial(), chars = g->initial();
+      size_t boundary = 0;  // the character path has read text[0, boundary)
+      bool chars_alive = true;
+      for (size_t i = 0; i < text.size(); ++i) {
+        const bool alive = g->advance(bytes, static_cast<uint8_t>(text[i]));
+        // Bring the character path up to i + 1 where a whole character ends there.
+        size_t j = boundary;
+        uint32_t cp = 0;
+        bool whole = chars_alive && decode(text, j, cp) && j == i + 1;
+        if (whole) {
+          chars_alive = g->advance_char(chars, cp);
+          boundary = j;
+          ASSERT_EQ(alive, chars_alive) << src << " seed " << seed << " byte " << i;
+          if (alive) ASSERT_TRUE(bytes == chars) << src << " seed " << seed << " byte " << i;
+        } else {
+          bool want = false;
+          if (chars_alive && i + 1 - boundary <= 3) {
+            want = some_completion(*g, chars, text.substr(boundary, i + 1 - boundary));
+            ASSERT_EQ(alive, want) << src << " seed " << seed << " byte " << i;
+          } else {
+            ASSERT_FALSE(alive) << src << " seed " << seed << " byte " << i;
+          }
+          chars_alive = chars_alive && want;
+        }
+        compared++;
+        if (!alive) break;
+      }
+    }
+  }
+  EXPECT_GT(compared, 1000u);
+}
+
+// The fast mask (automaton over a preorder trie, cached per state) equals the per-token check for every
+// state along random constrained generations, for several grammars, vocabularies and seeds; also after the
+// cache is shared by several generations and with masks asked for in a different order.
+TEST(Grammar, FastMaskEqualsTheTokenByTokenCheck) {
+  auto schema = nlohmann::ordered_json::parse(R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 5}, "n": {"type": "integer"}, "k": {"enum": ["é€", "ab"]},
+      "t": {"type": "array", "items": {"type": "boolean"}}}, "required": ["name", "k"]})");
+  const std::vector<std::string> grammars = {json_object_gbnf(), schema_to_gbnf(schema),
+                                             "root ::= [α-ω]+ \"€\" ( [^\\x00-\\x7F]{1,3} | \"😀\" )"};
+  size_t checked = 0;
+  for (uint64_t vs = 0; vs < 3; ++vs) {
+    std::mt19937_64 vrng(100 + vs);
+    std::vector<std::string> vocab = tricky_vocab(vrng, 1500);
+    std::vector<bool> text(vocab.size(), true);
+    vocab.push_back("<|im_end|>");  // special: never allowed, even though its bytes would be
+    text.push_back(false);
+    for (const auto& src : grammars) {
+      auto g = Grammar::parse(src);
+      TokenMasker m(g, vocab, text);
+      for (uint64_t seed = 0; seed < 12; ++seed) {
+        std::mt19937_64 rng(seed * 7 + vs);
+        Grammar::State s = g->initial();
+        for (int step = 0; step < 60; ++step) {
+          const TokenMask& fast = m.mask(s);
+          std::vector<bool> want = brute_mask(*g, s, vocab, text);
+          ASSERT_EQ(fast.size(), vocab.size());
+          std::vector<size_t> ok;
+          for (size_t i = 0; i < vocab.size(); ++i) {
+            ASSERT_EQ(fast[i], want[i]) << "grammar " << src.substr(0, 40) << " seed " << seed << " step "
+                                        << step << " token '" << vocab[i] << "'";
+            if (want[i]) ok.push_back(i);
+          }
+          checked++;
+          if (ok.empty()) break;
+          ASSERT_TRUE(g->advance(s, vocab[ok[rng() % ok.size()]]));
+          if (g->finished(s) || (g->accepting(s) && rng() % 4 == 0)) break;
+        }
+      }
+    }
+  }
+  EXPECT_GT(checked, 500u);
 }
 
 namespace {
