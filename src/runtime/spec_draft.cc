@@ -63,8 +63,12 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
   if (!st.draft_rows.empty()) st.draft_next.push_back(ids[0]);  // the last queued row's next token
   st.draft_rows.push_back(hidden);
   st.draft_next.insert(st.draft_next.end(), ids.begin() + 1, ids.end());
+  if (catch_up_now) draft_catch_up(model, be, st);
+}
+
+void draft_catch_up(Model& model, Backend& be, SequenceState& st) {
   const int64_t known = static_cast<int64_t>(st.draft_next.size());
-  if (catch_up_now && known > 0) catch_up(model, be, st, known);
+  if (known > 0) catch_up(model, be, st, known);
 }
 
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,

@@ -35,6 +35,10 @@ struct DraftOptions {
 void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidden,
                 std::span<const int32_t> ids, bool catch_up);
 
+// Runs the draft layer over every queued row whose next token is known (what draft_feed does with
+// catch_up), leaving only the row that waits for the pending token.
+void draft_catch_up(Model& model, Backend& be, SequenceState& st);
+
 // Up to `k` greedy drafts for the positions after `pending` (the sampled token not yet fed, at st.pos): the
 // catch-up over the queue ends in `pending`, then k − 1 draft steps on the draft layer's own hidden.
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,

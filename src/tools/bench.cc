@@ -54,6 +54,7 @@ BenchHooks hooks_for(Backend& be) {
     BenchHooks h;
     h.sync = [cb] { cb->synchronize(); };
     h.set_step_graphs = [cb](bool on) { cb->set_step_graphs(on); };
+    h.graph_replays = [cb] { return cb->step_graphs().stats().captured; };
     h.profile_range = [cb](bool on) {
       cb->synchronize();
       if (op_times_requested()) {  // per-op times cover the tg repeats only
@@ -198,6 +199,12 @@ int run_bench(int argc, char** argv) {
                  "the folder whose tokenizer.json --grammar masks (default: the -m folder)");
   app.add_option("--grammar-generations", gb.seeds, "random constrained generations for --grammar")
       ->check(CLI::PositiveNumber);
+  app.add_option(
+         "--spec-rows", bp.spec_rows,
+         "verify widths K (2-9, comma list): with every C=1 tg row, repeat by repeat, time a K-row MTP "
+         "verify rolled back to its depth (rows 'verifyK') and one draft-layer step ('draft'), as "
+         "ratios to the tg step")
+      ->delimiter(',');
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
   CLI11_PARSE(app, argc, argv);
@@ -209,6 +216,7 @@ int run_bench(int argc, char** argv) {
     raise("E_BENCH_ARGS", Where{"", "", "-m / --synthetic"}, "exactly one of -m <folder> and --synthetic",
           folder.empty() ? "neither" : "both");
   if (layers != 0 && synthetic.empty()) raise("E_BENCH_ARGS", Where{"", "", "--layers"}, "--synthetic", "-m");
+  check_params(bp);  // before a full-size model is built
   // The synthetic model's config, cut to --layers when asked.
   auto synth_config = [&] {
     const nlohmann::json c = synthetic_config(synthetic);
@@ -338,6 +346,7 @@ int run_bench(int argc, char** argv) {
                      {"depth", r.depth},
                      {"concurrent", r.conc},
                      {"skipped", r.skipped},
+                     {"skip_reason", r.skip_reason},
                      {"finite", r.finite},
                      {"seconds", r.seconds},
                      {"tps_median", percentile(r.tps, 0.5)},
@@ -345,7 +354,19 @@ int run_bench(int argc, char** argv) {
                      {"ms_median", percentile(r.ms, 0.5)},
                      {"ms_p95", percentile(r.ms, 0.95)},
                      {"tps", r.tps}};
-    if (r.test[0] == 't' && !r.skipped) {
+    if (is_spec_row(r)) {
+      x.update({{"depth_end", r.depth_end},
+                {"rows", r.tokens},
+                {"ref_test", r.ref},
+                {"ratio_to_tg", r.ratio},
+                {"step", r.step},
+                {"ms", r.ms}});
+      if (r.test != "draft")
+        x.update({{"rollback", "commit(1): all drafts rejected, recurrent parts replayed over one row"},
+                  {"rollback_included", true},
+                  {"rollback_ms_median", percentile(r.rollback_ms, 0.5)},
+                  {"graph_replayed", r.replayed}});
+    } else if (r.test[0] == 't' && !r.skipped) {
       const Roofline f = roofline(r, costs, info.family, text, backend_name, bw);
       x.update({{"depth_end", r.depth_end},
                 {"bytes_per_step", f.bytes.total()},
@@ -363,8 +384,9 @@ int run_bench(int argc, char** argv) {
     j["results"].push_back(to_json(r));
     write_json_out(j);
     if (!json) {
-      std::fprintf(stderr, "bench: %s d=%lld c=%lld done in %.1f s%s\n", r.test.c_str(), (long long)r.depth,
-                   (long long)r.conc, r.seconds, r.skipped ? " (skipped: --max-seconds)" : "");
+      std::fprintf(stderr, "bench: %s d=%lld c=%lld done in %.1f s%s%s%s\n", r.test.c_str(),
+                   (long long)r.depth, (long long)r.conc, r.seconds, r.skipped ? " (skipped: " : "",
+                   r.skip_reason.c_str(), r.skipped ? ")" : "");
     }
   };
   if (op_times_requested()) {
@@ -461,8 +483,20 @@ int run_bench(int argc, char** argv) {
       "|\n");
   for (const BenchRow& r : rows) {
     if (r.skipped) {
-      std::printf("| %-8s | %6lld | %3lld | skipped (--max-seconds) |\n", r.test.c_str(), (long long)r.depth,
-                  (long long)r.conc);
+      std::printf("| %-8s | %6lld | %3lld | skipped (%s) |\n", r.test.c_str(), (long long)r.depth,
+                  (long long)r.conc, r.skip_reason.c_str());
+      continue;
+    }
+    if (is_spec_row(r)) {  // no throughput or roofline: a ratio to the tg step instead
+      char note[160];
+      if (r.test == "draft")
+        std::snprintf(note, sizeof note, "%s = %.2f× %s; eager", r.test.c_str(), r.ratio, r.ref.c_str());
+      else
+        std::snprintf(note, sizeof note, "%s = %.2f× %s; %s step; rollback %.3f ms included", r.test.c_str(),
+                      r.ratio, r.ref.c_str(), r.step.c_str(), percentile(r.rollback_ms, 0.5));
+      std::printf("| %-8s | %6lld | %3lld | %12s | %10.3f | %10.3f | %9s | %9s | %8s | %s%s\n",
+                  r.test.c_str(), (long long)r.depth, (long long)r.conc, "-", percentile(r.ms, 0.5),
+                  percentile(r.ms, 0.95), "-", "-", "-", note, r.finite ? "" : " NON-FINITE LOGITS");
       continue;
     }
     char mb[32] = "", gb[32] = "", rf[32] = "";
@@ -480,6 +514,14 @@ int run_bench(int argc, char** argv) {
       "(pp ms: time to first token of the C prompts; tg ms: one decode step of all C sequences, "
       "greedy sampled; roofline: bytes one step reads / step time against the copy bandwidth; "
       "experts per step estimated as E·(1-(1-k/E)^C))\n");
+  if (!bp.spec_rows.empty())
+    std::printf(
+        "(verifyK ms: one K-row speculative forward_batch (the pending token + K-1 random drafts, every "
+        "row's "
+        "logits, greedy ids) + commit(1), the rollback of a round whose drafts are all rejected, then an "
+        "untimed restore to the same depth; draft ms: one T=1 Model::draft step + greedy id; both measured "
+        "after every repeat of the C=1 tg row, at the depth it reached; ratio = median / the tg step's "
+        "median)\n");
   std::printf("%s%s%s", graphs_line.c_str(), op_lines.c_str(), grammar_line.c_str());
   return 0;
 }

@@ -7,12 +7,19 @@
 
 #include "core/error.h"
 #include "models/forward_step.h"
+#include "runtime/spec_draft.h"
+#include "tools/bench_spec.h"
 
 namespace bloomery::tools {
 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// Rows a verify may have: the pending token and up to the server's most drafts (--spec-draft-n-max ≤ 8).
+constexpr int64_t kSpecMaxRows = 9;
+// Room a pool sequence keeps past its decode tokens: the widest verify.
+constexpr int64_t kRoomSlack = 16;
 
 double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -26,28 +33,33 @@ class Runner {
         h_(h),
         p_(p),
         rng_(p.seed),
-        dist_(0, static_cast<int32_t>(std::max<int64_t>(1, m.info().vocab_size) - 1)) {}
+        spec_rng_(p.seed + 1),
+        dist_(0, static_cast<int32_t>(std::max<int64_t>(1, m.info().vocab_size) - 1)),
+        queue_drafts_(!p.spec_rows.empty() && m.info().has_draft) {}
 
-  std::vector<int32_t> tokens(int64_t n) {
+  std::vector<int32_t> tokens(int64_t n, std::mt19937* rng = nullptr) {
     std::vector<int32_t> t(static_cast<size_t>(n));
-    for (auto& x : t) x = dist_(rng_);
+    for (auto& x : t) x = dist_(rng ? *rng : rng_);
     return t;
   }
 
-  // Consumes ids in ubatch chunks; returns the last chunk's logits (last row).
-  Tensor prefill(SequenceState& st, std::span<const int32_t> ids) {
+  // Consumes ids in ubatch chunks; returns the last chunk's logits (last row). draft: the draft layer
+  // catches up after each chunk, as the server's prompt does when drafting (runtime/spec_draft.h).
+  Tensor prefill(SequenceState& st, std::span<const int32_t> ids, bool draft = false) {
     const int64_t ub = p_.ubatch > 0 ? p_.ubatch : static_cast<int64_t>(ids.size());
     Tensor logits;
     for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(ub)) {
       const size_t n = std::min(ids.size() - i, static_cast<size_t>(ub));
-      logits = m_.forward(be_, st, ids.subspan(i, n), false).logits;
+      ForwardResult r = m_.forward(be_, st, ids.subspan(i, n), false);
+      if (draft) draft_feed(m_, be_, st, r.hidden, ids.subspan(i, n), true);
+      logits = r.logits;
     }
     return logits;
   }
 
-  std::unique_ptr<SequenceState> fresh(int64_t depth, int64_t room) {
-    auto st = m_.new_state(be_, depth + room + 8);
-    if (depth > 0) prefill(*st, tokens(depth));
+  std::unique_ptr<SequenceState> fresh(int64_t depth, int64_t room, bool draft = false) {
+    auto st = m_.new_state(be_, depth + room + kRoomSlack);
+    if (depth > 0) prefill(*st, tokens(depth), draft);
     return st;
   }
 
@@ -84,7 +96,7 @@ class Runner {
 
   // The depth pool holds at least `c` sequences at depth d (each prefilled untimed, one after another).
   void grow_pool(int64_t c, int64_t depth, int64_t room) {
-    while (static_cast<int64_t>(pool_.size()) < c) pool_.push_back(fresh(depth, room));
+    while (static_cast<int64_t>(pool_.size()) < c) pool_.push_back(fresh(depth, room, queue_drafts_));
   }
   void drop_pool() { pool_.clear(); }
 
@@ -99,15 +111,46 @@ class Runner {
       std::vector<Model::BatchEntry> entries;
       for (int64_t i = 0; i < row.conc; ++i)
         entries.push_back({pool_[i].get(), std::span<const int32_t>(&ids[i], 1), false});
+      std::vector<ForwardResult> res = forward_step(m_, be_, entries);
       logits.clear();
-      for (ForwardResult& r : forward_step(m_, be_, entries)) logits.push_back(r.logits);
+      for (ForwardResult& r : res) logits.push_back(r.logits);
+      const int32_t fed = ids[0];
       ids = h_.greedy(logits);  // the ids come back to the host: the step is complete on the device
       h_.sync();
       row.ms.push_back(since(t1) * 1e3);
+      if (h_.on_tg_step) h_.on_tg_step(logits);
+      // The draft rows start from the queue a drafting server keeps (bookkeeping here, no compute).
+      if (queue_drafts_ && row.conc == 1)
+        draft_feed(m_, be_, *pool_[0], res[0].hidden, std::span(&fed, 1), false);
     }
     row.tps.push_back(static_cast<double>(row.conc * row.tokens) / since(t0));
     row.finite = row.finite && last_row_finite(be_, logits.back());
     row.depth_end = pool_[0]->pos;
+  }
+
+  // After a C = 1 tg repeat: `samples` verifies of each width and draft steps on the pool's first sequence,
+  // at the depth the tg reached; every verify is rolled back to it (bench_spec.h).
+  void spec(std::vector<BenchRow>& rows, int64_t samples) {
+    SequenceState& st = *pool_[0];
+    if (queue_drafts_) draft_ready(be_, m_, st);
+    for (BenchRow& r : rows) {
+      if (r.skipped) continue;
+      if (r.ms.empty()) r.depth = st.pos;
+      for (int64_t i = 0; i < samples; ++i) {
+        if (r.test == "draft") {
+          bool finite = true;
+          r.ms.push_back(time_draft(be_, m_, h_, st, tokens(1, &spec_rng_)[0], finite));
+          r.finite = r.finite && finite;
+          continue;
+        }
+        const VerifyTiming t = time_verify(be_, m_, h_, st, tokens(r.tokens, &spec_rng_));
+        r.ms.push_back(t.ms);
+        r.rollback_ms.push_back(t.rollback_ms);
+        r.replayed += t.replayed ? 1 : 0;
+        r.finite = r.finite && t.finite;
+      }
+      r.depth_end = st.pos;
+    }
   }
 
  private:
@@ -116,7 +159,9 @@ class Runner {
   const BenchHooks& h_;
   const BenchParams& p_;
   std::mt19937 rng_;
+  std::mt19937 spec_rng_;  // the spec rows' ids: the tg rows feed the same ids with or without them
   std::uniform_int_distribution<int32_t> dist_;
+  const bool queue_drafts_;  // spec rows on a model with a draft layer
   std::vector<std::unique_ptr<SequenceState>> pool_;
 };
 
@@ -152,9 +197,7 @@ BenchHooks host_hooks(Backend& backend) {
   return h;
 }
 
-std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
-                                     const BenchParams& p,
-                                     const std::function<void(const BenchRow&)>& on_row) {
+void check_params(const BenchParams& p) {
   for (const auto* v : {&p.ps, &p.ns, &p.ds, &p.pp_ds})
     for (int64_t x : *v)
       if (x < 0) raise("E_BENCH_ARGS", Where{"", "", "-p/-n/-d"}, "non-negative values", std::to_string(x));
@@ -164,6 +207,45 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     if (c < 1) raise("E_BENCH_ARGS", Where{"", "", "-c"}, "at least 1 sequence", std::to_string(c));
   if (p.repeats < 1)
     raise("E_BENCH_ARGS", Where{"", "", "-r"}, "at least 1 repetition", std::to_string(p.repeats));
+  for (int64_t k : p.spec_rows)
+    if (k < 2 || k > kSpecMaxRows)
+      raise("E_BENCH_ARGS", Where{"", "", "--spec-rows"},
+            "verify rows 2 … " + std::to_string(kSpecMaxRows) + " (the pending token + 1 … 8 drafts)",
+            std::to_string(k));
+  if (p.spec_rows.empty()) return;
+  if (std::find(p.cs.begin(), p.cs.end(), 1) == p.cs.end())
+    raise("E_BENCH_ARGS", Where{"", "", "--spec-rows"}, "-c including 1 (the rows run with the C = 1 tg row)",
+          "no 1 in -c");
+  if (p.profile_tg)  // the profiler's range (and the per-op times) would take the spec rows' ops as tg steps'
+    raise("E_BENCH_ARGS", Where{"", "", "--spec-rows"}, "no --profile-tg / BLOOMERY_CUDA_OP_TIMES", "both");
+}
+
+std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
+                                     const BenchParams& p,
+                                     const std::function<void(const BenchRow&)>& on_row) {
+  check_params(p);
+  // The spec rows that run with a C = 1 tg row: skipped with it, the draft row also without a draft layer.
+  auto spec_rows_of = [&](const BenchRow& tg) {
+    std::vector<BenchRow> out;
+    if (tg.conc != 1 || p.spec_rows.empty()) return out;
+    for (int64_t k : p.spec_rows) {
+      BenchRow s = tg;
+      s.test = "verify" + std::to_string(k);
+      s.tokens = k;
+      out.push_back(s);
+    }
+    BenchRow s = tg;
+    s.test = "draft";
+    s.tokens = 1;
+    s.step = "eager";  // the scheduler brackets no draft call as a step
+    if (!model.info().has_draft && !s.skipped) {
+      s.skipped = true;
+      s.skip_reason = "no MTP/NextN draft layer";
+    }
+    out.push_back(s);
+    for (BenchRow& r : out) r.ref = tg.test;
+    return out;
+  };
 
   Runner run(backend, model, hooks, p);
   if (p.warmup) {
@@ -173,6 +255,9 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     w.tokens = 4;
     run.grow_pool(1, 0, 8);
     run.tg(w);
+    // Three of each spec row: a CUDA graph key's first step is its eager warm-up, the second instantiates.
+    std::vector<BenchRow> ws = spec_rows_of(w);
+    run.spec(ws, 3);
     run.drop_pool();
   }
   std::vector<int64_t> cs = p.cs;
@@ -194,6 +279,7 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     r.test = kind + std::to_string(tokens);
     r.tokens = tokens, r.depth = d, r.conc = c;
     r.skipped = out_of_time();
+    if (r.skipped) r.skip_reason = "--max-seconds";
     return r;
   };
   for (int64_t d : p.pp_ds.empty() ? p.ds : p.pp_ds)
@@ -238,6 +324,7 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         const bool ab = (p.graphs_ab || !p.ab.empty()) && toggle;
         BenchRow g = r;
         g.test += p.graphs_ab ? std::string("+graphs") : "+" + p.ab;
+        std::vector<BenchRow> spec = spec_rows_of(r);
         if (!r.skipped) {
           run.grow_pool(c, d, tg_total * (ab ? 2 : 1));
           const bool profiled = p.profile_tg && hooks.profile_range;
@@ -245,15 +332,28 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
           for (int i = 0; i < p.repeats; ++i) {
             if (ab) toggle(false);
             run.tg(r);
-            if (!ab) continue;
-            toggle(true);
-            run.tg(g);
-            toggle(false);
+            if (ab) {
+              toggle(true);
+              run.tg(g);
+              toggle(false);
+            }
+            if (!spec.empty()) run.spec(spec, n);  // n of each, at the depth this repeat reached
           }
           if (profiled) hooks.profile_range(false);
         }
         finish(r, t0);
         if (ab) finish(g, t0);  // A and B repeats interleave on the same sequences, over the same depths
+        for (BenchRow& s : spec) {
+          const double tg_ms = percentile(r.ms, 0.5);
+          s.ratio = tg_ms > 0 ? percentile(s.ms, 0.5) / tg_ms : 0.0;
+          if (s.test != "draft") {
+            const int64_t N = static_cast<int64_t>(s.ms.size());
+            s.step = s.replayed == 0   ? "eager"
+                     : s.replayed == N ? "graph"
+                                       : "graph " + std::to_string(s.replayed) + "/" + std::to_string(N);
+          }
+          finish(s, t0);
+        }
       }
     run.drop_pool();
   }

@@ -32,6 +32,11 @@ struct BenchHooks {
   std::function<void(bool)> set_ab;
   // Starts (true) or stops (false) a profiler's capture range (cudaProfilerStart/Stop); empty on the CPU.
   std::function<void(bool)> profile_range;
+  // Decode steps captured and replayed as graphs so far (CUDA graph mode); empty without step graphs. The
+  // verify rows say from it whether their steps were replayed or ran eagerly.
+  std::function<uint64_t()> graph_replays;
+  // Tests: every timed tg step's logits, in order (called after the step's time was taken); empty normally.
+  std::function<void(std::span<const Tensor>)> on_tg_step;
 };
 
 // Host argmax over downloaded logits (lowest index on ties): the CPU backend's hooks.
@@ -55,7 +60,14 @@ struct BenchParams {
   bool profile_tg = false;
   // The same range around the pp repeats instead (per-op prompt profiles, BLOOMERY_CUDA_OP_TIMES with -n 0).
   bool profile_pp = false;
+  // Verify widths K (1 + K − 1 drafts; 2 … 9): after each repeat of every C = 1 tg row, row.tokens verifies
+  // of each width ("verifyK") and as many draft steps ("draft") on its sequence, at the depth it reached
+  // (bench_spec.h). Their rows follow the tg row's, with the ratio of medians to it.
+  std::vector<int64_t> spec_rows;
 };
+
+// Refuses bad parameters (E_BENCH_ARGS naming the flag) before anything is built or run.
+void check_params(const BenchParams& params);
 
 struct BenchRow {
   std::string test;  // "pp512" / "tg128"
@@ -64,9 +76,21 @@ struct BenchRow {
   std::vector<double> tps;  // tokens/s per repeat (all sequences together)
   std::vector<double> ms;   // pp: time to first token per repeat (prompt + first sampled id); tg: per step
   bool finite = true;       // every checked logits row was finite
-  bool skipped = false;     // not run: the time budget was spent
+  bool skipped = false;     // not run: the time budget was spent, or skip_reason
+  std::string skip_reason;  // why it was skipped ("--max-seconds", "no MTP/NextN draft layer")
   double seconds = 0;       // wall time of the whole test, untimed depth prefill included
+  // Spec rows (BenchParams::spec_rows): depth … depth_end are the positions measured at.
+  std::string ref;                  // the tg row they ran with ("tg16")
+  double ratio = 0;                 // median ms / that tg row's median ms
+  std::vector<double> rollback_ms;  // verifyK: the commit(1) part of each ms (included in it)
+  int64_t replayed = 0;             // verifyK: samples the backend replayed as captured graphs
+  std::string step;  // verifyK: "graph", "eager" or "graph R/N" (R of N replayed); draft: "eager"
 };
+
+// True for the rows of BenchParams::spec_rows.
+inline bool is_spec_row(const BenchRow& r) {
+  return r.test == "draft" || r.test.rfind("verify", 0) == 0;
+}
 
 // Runs the grid: first the pp tests (each repeat on fresh sequences prefilled to d, untimed), then for each
 // depth d the tg tests in ascending C on one pool of sequences prefilled to d once (repeats and larger C
