@@ -30,6 +30,19 @@
 namespace bloomery {
 namespace {
 
+// One forward of `ids` on `st` with logits (every row's when `spec`, an MTP verify); returns them.
+std::vector<float> feed_one(ModelStepEngine& e, SequenceState& st, std::vector<int32_t> ids, bool spec) {
+  StepItem it;
+  it.state = &st;
+  it.ids = std::move(ids);
+  it.want_logits = true;
+  it.speculative = spec;
+  std::vector<StepItem> items{it};
+  e.forward(items);
+  EXPECT_EQ(items[0].error, "");
+  return items[0].logits;
+}
+
 namespace fs = std::filesystem;
 
 std::string backend_name() {
@@ -183,14 +196,7 @@ TEST_P(SpecDecode, CommitEqualsFeedingOnlyTheAcceptedTokens) {
   eb.enable_drafting({});
   auto a = ea.new_state(256), b = eb.new_state(256);
   auto feed = [&](ModelStepEngine& e, SequenceState& st, std::vector<int32_t> ids, bool spec) {
-    StepItem it;
-    it.state = &st;
-    it.ids = ids;
-    it.want_logits = true;
-    it.speculative = spec;
-    std::vector<StepItem> items{it};
-    e.forward(items);
-    EXPECT_EQ(items[0].error, "");
+    feed_one(e, st, std::move(ids), spec);
   };
   // The prompt in two chunks on both sides.
   for (auto* side : {&ea, &eb}) {
@@ -260,15 +266,7 @@ TEST_P(SpecDecode, CopiedStateGoesOnLikeTheOriginal) {
   e.enable_drafting({});
   auto a = e.new_state(128);
   auto feed = [&](SequenceState& st, std::vector<int32_t> ids, bool spec) {
-    StepItem it;
-    it.state = &st;
-    it.ids = ids;
-    it.want_logits = true;
-    it.speculative = spec;
-    std::vector<StepItem> items{it};
-    e.forward(items);
-    EXPECT_EQ(items[0].error, "");
-    return items[0].logits;
+    return feed_one(e, st, std::move(ids), spec);
   };
   feed(*a, {prompt.begin(), prompt.begin() + 9}, false);
   feed(*a, {prompt.begin() + 9, prompt.end()}, false);
