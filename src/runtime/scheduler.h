@@ -47,6 +47,9 @@ class StepEngine {
   virtual bool drafting() const { return false; }
   virtual std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) { return {}; }
   virtual void commit(SequenceState& state, int64_t n) {}
+  // The scheduler is done with a state (its request finished): by default it is freed here; a TP leader
+  // also tells the other ranks to free their copies.
+  virtual void release(std::unique_ptr<SequenceState> state) {}
 };
 
 // The engine over a Model and a Backend: a step is ONE Model::forward_batch over every item (decode tokens
