@@ -20,9 +20,10 @@ double since(Clock::time_point t0) {
 
 class Runner {
  public:
-  Runner(Backend& be, Model& m, const BenchHooks& h, const BenchParams& p)
+  Runner(Backend& be, Model& m, const BenchHooks& h, const BenchParams& p, StepEngine* steps)
       : be_(be),
         m_(m),
+        steps_(steps),
         h_(h),
         p_(p),
         rng_(p.seed),
@@ -40,13 +41,43 @@ class Runner {
     Tensor logits;
     for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(ub)) {
       const size_t n = std::min(ids.size() - i, static_cast<size_t>(ub));
-      logits = m_.forward(be_, st, ids.subspan(i, n), false).logits;
+      if (steps_) {
+        const Model::BatchEntry e{&st, ids.subspan(i, n), false};
+        std::vector<Tensor> r = via_steps(std::span(&e, 1), i + n == ids.size());
+        if (!r.empty()) logits = r[0];
+      } else {
+        logits = m_.forward(be_, st, ids.subspan(i, n), false).logits;
+      }
     }
     return logits;
   }
 
+  // A forward through the step engine (the ranks' path): every entry's last-row logits, uploaded again so
+  // that the greedy hook and the finiteness check read them as they read the model's.
+  std::vector<Tensor> via_steps(std::span<const Model::BatchEntry> entries, bool want_logits) {
+    std::vector<StepItem> items(entries.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      items[i].state = entries[i].state;
+      items[i].ids = entries[i].ids;
+      items[i].want_logits = want_logits;
+    }
+    steps_->forward(items);
+    std::vector<Tensor> out;
+    for (StepItem& it : items) {
+      if (!it.error.empty()) raise("E_BENCH_STEP", Where{"", "", "--tp"}, "a step every rank ran", it.error);
+      if (want_logits) out.push_back(be_.upload(it.logits, {1, static_cast<int64_t>(it.logits.size())}));
+    }
+    return out;
+  }
+
+  void release(std::vector<std::unique_ptr<SequenceState>>& states) {
+    if (steps_)
+      for (auto& s : states) steps_->release(std::move(s));
+    states.clear();
+  }
+
   std::unique_ptr<SequenceState> fresh(int64_t depth, int64_t room) {
-    auto st = m_.new_state(be_, depth + room + 8);
+    auto st = steps_ ? steps_->new_state(depth + room + 8) : m_.new_state(be_, depth + room + 8);
     if (depth > 0) prefill(*st, tokens(depth));
     return st;
   }
@@ -71,6 +102,10 @@ class Runner {
         for (int64_t i = 0; i < row.conc; ++i)
           entries.push_back({seqs[i].get(), std::span<const int32_t>(prompts[i]).subspan(c0, n), false});
         logits.clear();
+        if (steps_) {
+          logits = via_steps(entries, c0 + n == row.tokens);
+          continue;
+        }
         for (ForwardResult& r : m_.forward_batch(be_, entries)) logits.push_back(r.logits);
       }
     }
@@ -80,13 +115,15 @@ class Runner {
     row.ms.push_back(s * 1e3);
     row.tps.push_back(static_cast<double>(row.conc * row.tokens) / s);
     row.finite = row.finite && last_row_finite(be_, logits.back());
+    release(seqs);
   }
 
   // The depth pool holds at least `c` sequences at depth d (each prefilled untimed, one after another).
   void grow_pool(int64_t c, int64_t depth, int64_t room) {
     while (static_cast<int64_t>(pool_.size()) < c) pool_.push_back(fresh(depth, room));
   }
-  void drop_pool() { pool_.clear(); }
+  void drop_pool() { release(pool_); }
+  ~Runner() { release(pool_); }
 
   // One tg repeat on the first C sequences of the pool: n batched decode steps, greedy on the device.
   void tg(BenchRow& row) {
@@ -100,7 +137,10 @@ class Runner {
       for (int64_t i = 0; i < row.conc; ++i)
         entries.push_back({pool_[i].get(), std::span<const int32_t>(&ids[i], 1), false});
       logits.clear();
-      for (ForwardResult& r : forward_step(m_, be_, entries)) logits.push_back(r.logits);
+      if (steps_)
+        logits = via_steps(entries, true);
+      else
+        for (ForwardResult& r : forward_step(m_, be_, entries)) logits.push_back(r.logits);
       ids = h_.greedy(logits);  // the ids come back to the host: the step is complete on the device
       h_.sync();
       row.ms.push_back(since(t1) * 1e3);
@@ -113,6 +153,7 @@ class Runner {
  private:
   Backend& be_;
   Model& m_;
+  StepEngine* steps_;
   const BenchHooks& h_;
   const BenchParams& p_;
   std::mt19937 rng_;
@@ -153,8 +194,8 @@ BenchHooks host_hooks(Backend& backend) {
 }
 
 std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
-                                     const BenchParams& p,
-                                     const std::function<void(const BenchRow&)>& on_row) {
+                                     const BenchParams& p, const std::function<void(const BenchRow&)>& on_row,
+                                     StepEngine* steps) {
   for (const auto* v : {&p.ps, &p.ns, &p.ds, &p.pp_ds})
     for (int64_t x : *v)
       if (x < 0) raise("E_BENCH_ARGS", Where{"", "", "-p/-n/-d"}, "non-negative values", std::to_string(x));
@@ -165,7 +206,7 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
   if (p.repeats < 1)
     raise("E_BENCH_ARGS", Where{"", "", "-r"}, "at least 1 repetition", std::to_string(p.repeats));
 
-  Runner run(backend, model, hooks, p);
+  Runner run(backend, model, hooks, p, steps);
   if (p.warmup) {
     BenchRow w;
     w.tokens = 8;

@@ -22,6 +22,7 @@
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/command.h"
+#include "tools/tp_options.h"
 
 namespace bloomery::tools {
 namespace {
@@ -196,18 +197,7 @@ int run_run(int argc, char** argv) {
   app.add_option("--spec-draft-p-min,--draft-p-min", spec_p_min,
                  "stop drafting when the draft's top probability falls below P")
       ->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--tp", tp_flags.tp,
-                 "tensor-parallel ranks (CPU ranks in this process, one thread group each)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--collective-timeout-ms", tp_flags.collective_timeout_ms,
-                 "deadline of every inter-rank collective; a rank later than this is named and the run fails")
-      ->check(CLI::Range(1, 3600000));
-  app.add_option(
-      "--nodes", tp_flags.nodes,
-      "one rank per process: host:port,… (rank 0 listens on the first address, the others connect)");
-  app.add_option("--node-rank", tp_flags.node_rank,
-                 "this process's rank in --nodes (rank 0 prompts and samples)")
-      ->check(CLI::NonNegativeNumber);
+  add_tp_options(app, tp_flags);
   CLI11_PARSE(app, argc, argv);
   const TpLayout layout = resolve_tp(tp_flags);
   const int tp_size = layout.size;
@@ -228,10 +218,7 @@ int run_run(int argc, char** argv) {
     return 2;
   }
   // --backend cuda: refuse a family whose ops the card lacks before loading anything (helper J).
-  if (tp_size > 1 && backend_name == "auto") backend_name = "cpu";  // TP ranks run on the CPU for now
-  if (tp_size > 1 && backend_name != "cpu")
-    raise("E_TP_BACKEND", Where{"", "", "--tp"}, "--backend cpu (CUDA ranks need NCCL, not built yet)",
-          backend_name);
+  tp_backend(layout, backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   check_backend_runs(backend_name, folder);
 
