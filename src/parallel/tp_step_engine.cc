@@ -26,13 +26,16 @@ TpStepEngine::~TpStepEngine() {
 }
 
 std::string TpStepEngine::failure() const {
-  std::lock_guard lk(mu_);
+  std::lock_guard lk(failure_mu_);
   return failure_;
 }
 
 void TpStepEngine::fail(const std::string& why) {
-  if (!failure_.empty()) return;
-  failure_ = why;
+  {
+    std::lock_guard lk(failure_mu_);
+    if (!failure_.empty()) return;
+    failure_ = why;
+  }
   std::fprintf(stderr, "bloomery: tensor-parallel group failed: %s\n", why.c_str());
   c_.abort(why);  // the other ranks stop at once instead of at their deadline
 }
@@ -61,8 +64,8 @@ void TpStepEngine::send_released() {
 
 std::unique_ptr<SequenceState> TpStepEngine::new_state(int64_t capacity) {
   std::lock_guard lk(mu_);
-  if (!failure_.empty())
-    raise("E_TP_RANK_FAILED", Where{"", "", "--tp"}, "every rank alive", "the group failed: " + failure_);
+  if (const std::string f = failure(); !f.empty())
+    raise("E_TP_RANK_FAILED", Where{"", "", "--tp"}, "every rank alive", "the group failed: " + f);
   const int64_t id = next_id_++;
   try {
     send_released();
@@ -83,7 +86,8 @@ void TpStepEngine::forward(std::span<StepItem> items) {
   auto fail_all = [&](const std::string& why) {
     for (StepItem& it : items) it.error = why;
   };
-  if (!failure_.empty()) return fail_all("E_TP_RANK_FAILED: the tensor-parallel group failed: " + failure_);
+  if (const std::string f = failure(); !f.empty())
+    return fail_all("E_TP_RANK_FAILED: the tensor-parallel group failed: " + f);
   std::vector<int64_t> meta;
   std::vector<int32_t> ids;
   for (const StepItem& it : items) {
@@ -109,7 +113,7 @@ void TpStepEngine::heartbeat_loop() {
   std::unique_lock lk(mu_);
   while (!stopping_) {
     cv_.wait_for(lk, heartbeat_);
-    if (stopping_ || !failure_.empty()) continue;
+    if (stopping_ || !failure().empty()) continue;
     try {
       send_plan(c_, kPlanHeartbeat, 0, {}, {});
       c_.barrier("heartbeat");

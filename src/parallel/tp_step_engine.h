@@ -37,7 +37,7 @@ class TpStepEngine final : public StepEngine {
   std::string failure() const;
 
  private:
-  void fail(const std::string& why);  // records the first failure and stops the other ranks
+  void fail(const std::string& why);  // under mu_: records the first failure and stops the other ranks
   void send_released();               // under mu_: the states released since the last plan
   int64_t id_of(const SequenceState* s);
   void heartbeat_loop();
@@ -48,7 +48,9 @@ class TpStepEngine final : public StepEngine {
   std::map<const SequenceState*, int64_t> ids_;
   std::vector<int64_t> released_;
   int64_t next_id_ = 1;
-  mutable std::mutex mu_;  // one plan at a time: the scheduler's steps and the heartbeat
+  std::mutex mu_;  // one plan at a time: the scheduler's steps and the heartbeat
+  // failure_ has its own lock: /health reads it while a step (or a hung collective) holds mu_.
+  mutable std::mutex failure_mu_;
   std::string failure_;
   std::chrono::milliseconds heartbeat_;
   std::condition_variable cv_;

@@ -26,8 +26,7 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
     raise("E_FOLDER_NOT_FOUND", Where{o.model, "", ""}, "a model folder", "no such directory");
   // The engine: -dev none → CPU, cuda0 → CUDA (refused now if the family's ops are not on the card), auto →
   // CUDA when this build has it, a device is present and the family runs on it.
-  h->layout_ = resolve_tp(TpFlags{o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty() ? 1 : o.tp,
-                                  o.nodes, o.node_rank, o.collective_timeout_ms});
+  h->layout_ = resolve_tp(TpFlags{o.tp, o.nodes, o.node_rank, o.collective_timeout_ms});
   if (h->layout_.distributed()) {
     // TP ranks run on the CPU for now: NCCL, which CUDA ranks need, is not built.
     if (o.device == "cuda0")

@@ -366,6 +366,7 @@ std::vector<Flag> compat_rows() {
                     raise("E_FLAG_REFUSED", Where{"", "", f}, "none or tensor", "'" + v + "'",
                           "layer and row splits are not built; use -sm tensor with --tp N");
                   o.split_mode = v;
+                  o.split_mode_flag = f;
                 }),
       value_row({"-ts", "--tensor-split"}, "LLAMA_ARG_TENSOR_SPLIT", "N0,N1,...", "even", S::Map,
                 "equal proportions only; unequal splits are refused",
@@ -1264,6 +1265,8 @@ ServerOptions parse_flags(const std::vector<std::string>& args, const EnvLookup&
   if (o.user_set("split-mode") && o.split_mode == "none" && o.tp > 1)
     raise("E_FLAG_VALUE", Where{"", "", "-sm/--split-mode"}, "tensor with --tp " + std::to_string(o.tp),
           "'none'", "drop -sm none or --tp");
+  if (o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty())
+    o.warnings.push_back(o.split_mode_flag + " tensor with one rank runs as none: give --tp N or --nodes");
   if (o.node_rank > 0 && o.nodes.empty())
     raise("E_FLAG_VALUE", Where{"", "", "--node-rank"}, "0 without --nodes", std::to_string(o.node_rank),
           "give every rank's address with --nodes host:port,...");

@@ -57,6 +57,7 @@ struct ServerOptions {
   // process with --nodes host:port,… --node-rank R, every collective under --collective-timeout-ms.
   int tp = 1;
   std::string split_mode = "none";  // -sm: none or tensor
+  std::string split_mode_flag;      // -sm as it was spelled, for the start-screen note
   std::string nodes;
   int node_rank = 0;
   int collective_timeout_ms = 10000;

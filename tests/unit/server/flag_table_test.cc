@@ -149,7 +149,7 @@ const std::vector<Row>& spec_rows() {
       {{"-sm", "none"}, Want::Ok},
       {{"--split-mode", "layer"}, Want::Refuse},
       {{"--split-mode", "row"}, Want::Refuse},
-      {{"--split-mode", "tensor"}, Want::Ok},
+      {{"--split-mode", "tensor"}, Want::Warn},  // one rank: a note to give --tp
       {{"--tp", "2"}, Want::Ok},
       {{"--collective-timeout-ms", "500"}, Want::Ok},
       {{"--nodes", "127.0.0.1:1,127.0.0.1:2"}, Want::Ok},
