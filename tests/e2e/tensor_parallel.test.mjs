@@ -170,7 +170,7 @@ test('a rank stalled while idle is found by the heartbeat within the deadline', 
   assert.equal(server.exited().code, 1, server.output());
 });
 
-test('TP flag errors name the flag: -sm none with --tp 2, --node-rank without --nodes, --tp 3 cut', async () => {
+test('TP flag errors name the flag: -sm none with --tp 2, --node-rank, CUDA ranks, drafting, --nodes count, --tp 3 cut', async () => {
   const run = (args) => new Promise((resolve) => {
     const p = spawn(SERVE, ['-m', MODEL, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
@@ -184,6 +184,16 @@ test('TP flag errors name the flag: -sm none with --tp 2, --node-rank without --
   r = await run(['--node-rank', '1']);
   assert.equal(r.code, 2, r.out);
   assert.match(r.out, /--node-rank/);
+  for (const [args, want] of [
+    [['--tp', '2', '-dev', 'cuda0'], /E_TP_BACKEND: field '--tp': expected -dev none .*found cuda0/],
+    [['--tp', '2', '--spec-type', 'draft-mtp'], /E_FLAG_REFUSED: field '--spec-type': expected none with --tp/],
+    [['--tp', '3', '--nodes', '127.0.0.1:1,127.0.0.1:2'], /E_TP_NODES: field '--tp': expected --tp equal to the 2 --nodes, found 3/],
+    [['--nodes', '127.0.0.1:1,127.0.0.1:2', '--node-rank', '2'], /E_TP_NODES: field '--node-rank'/],
+  ]) {
+    r = await run(args);
+    assert.equal(r.code, 1, r.out);
+    assert.match(r.out, want);
+  }
   r = await run(['--tp', '3', '--port', String(await freePort())]);
   assert.equal(r.code, 1, r.out);
   assert.match(r.out, /E_TP_CUT/);
