@@ -75,11 +75,11 @@ struct FollowerStates {
 
 }  // namespace
 
-void tp_follow(Communicator& c, Engine& engine) {
+void tp_follow(Communicator& c, Engine& engine, bool heartbeats) {
   FollowerStates server{ModelStepEngine(engine.model(), engine.backend()), {}};
   for (;;) {
     int64_t head[4];
-    c.broadcast(head, sizeof(head), 0, "step plan", true);  // waiting for work has no deadline
+    c.broadcast(head, sizeof(head), 0, "step plan", !heartbeats);  // idle: waiting for work, no deadline
     if (head[0] == kPlanStop) return;
     std::vector<int64_t> seqs(static_cast<size_t>(head[2]));
     std::vector<int32_t> ids(static_cast<size_t>(head[3]));

@@ -50,6 +50,9 @@ class TpLeader {
 // A follower's loop: runs every plan rank 0 sends until it says stop. A step refused before its first
 // collective (E_CONTEXT_FULL, E_TOKEN_RANGE) is refused on rank 0 the same way and both carry on; an error
 // after a collective, or a collective failure, is thrown (the caller aborts the group).
-void tp_follow(Communicator& comm, Engine& engine);
+// `heartbeats`: rank 0 sends a plan at least every half deadline (TpStepEngine's heartbeat), so waiting for
+// the next one has the collective deadline too and a stalled rank 0 is named (E_TP_TIMEOUT); without them
+// (`bloomery run`, whose rank 0 may sit at a prompt) the wait has none.
+void tp_follow(Communicator& comm, Engine& engine, bool heartbeats = false);
 
 }  // namespace bloomery

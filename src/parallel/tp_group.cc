@@ -85,9 +85,9 @@ TpGroup::~TpGroup() {
   }
 }
 
-void TpGroup::follow() {
+void TpGroup::follow(bool heartbeats) {
   try {
-    tp_follow(*net_, *engine_);
+    tp_follow(*net_, *engine_, heartbeats);
   } catch (const std::exception& e) {
     net_->abort(fmt::format("rank {} stopped: {}", layout_.rank, e.what()));
     throw;

@@ -55,7 +55,8 @@ class TpGroup {
   int rank() const { return layout_.rank; }
   // This process is a rank > 0 of --nodes: it serves nothing and runs follow().
   bool follower() const { return net_ && layout_.rank != 0; }
-  void follow();
+  // `heartbeats`: rank 0 runs a TpStepEngine, whose heartbeats let the wait for its plans have a deadline.
+  void follow(bool heartbeats = false);
 
   Backend& backend() { return ranks_ ? ranks_->backend() : *backend_; }
   LoadedModel& model() { return ranks_ ? ranks_->model() : *lm_; }

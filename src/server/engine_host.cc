@@ -171,9 +171,10 @@ void EngineHost::load_ranks(const SchedulerConfig& config, int threads,
       layout_, folder_, lo, [](int n) { return std::make_unique<cpu::CpuBackend>(n); }, threads);
   if (progress) progress(1, 1);
   if (group_->follower()) return;
-  // Heartbeats often enough that a dead rank is named within a deadline and a half of going quiet.
+  // Heartbeats often enough that a dead rank is named within a deadline and a half of going quiet, and that
+  // the followers, which wait for plans under the deadline, always get one in time.
   const auto beat =
-      std::clamp(layout_.timeout / 2, std::chrono::milliseconds(100), std::chrono::milliseconds(5000));
+      std::clamp(layout_.timeout / 2, std::chrono::milliseconds(1), std::chrono::milliseconds(5000));
   auto step =
       std::make_unique<TpStepEngine>(*group_->comm(), *group_->model().model, group_->backend(), beat);
   tp_step_ = step.get();

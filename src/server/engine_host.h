@@ -73,7 +73,7 @@ class EngineHost {
   // failure ("" while every rank is healthy, or without TP): /health and new requests answer 503 with it.
   int tp_size() const { return layout_.size; }
   bool follower() const { return group_ && group_->follower(); }
-  void follow() { group_->follow(); }
+  void follow() { group_->follow(true); }  // rank 0's heartbeats: a stalled rank 0 is named here too
   std::string failure() const { return tp_step_ ? tp_step_->failure() : std::string(); }
 
   const Tokenizer& tokenizer() const { return *tokenizer_; }

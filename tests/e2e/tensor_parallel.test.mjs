@@ -1,7 +1,7 @@
 // bloomery-serve with tensor parallelism on CPU ranks (serving.md §1.3, R-5): --tp 2 in one process and
 // --nodes over 127.0.0.1 (one process per rank) give --tp 1's greedy text; a rank killed mid-stream or
 // stalled while idle is named, /health and new requests turn 503, the stream in flight ends with an error
-// event, and SIGTERM then ends rank 0 with status 1.
+// event, and SIGTERM then ends rank 0 with status 1; a stalled rank 0 is named by its follower.
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
@@ -168,6 +168,25 @@ test('a rank stalled while idle is found by the heartbeat within the deadline', 
     follower.proc.kill('SIGKILL');
   }
   assert.equal(server.exited().code, 1, server.output());
+});
+
+test('a stalled rank 0 is named by its follower, which waits for plans under the deadline', async () => {
+  const timeout = 1000;
+  const { server, follower } = await nodes(['--collective-timeout-ms', String(timeout)]);
+  try {
+    await greedy(server);
+    await new Promise((r) => setTimeout(r, 3 * timeout));  // idle: rank 0's heartbeats keep the follower waiting
+    assert.equal(follower.exited(), null, follower.output());
+    server.proc.kill('SIGSTOP');
+    const t0 = Date.now();
+    await waitFor(() => follower.exited() !== null, 30000, 'the follower to exit');
+    assert.ok(Date.now() - t0 <= timeout + 2000, `named after ${Date.now() - t0} ms`);
+    assert.equal(follower.exited().code, 1);
+    assert.match(follower.output(), /E_TP_TIMEOUT: field 'step plan'.*rank 0 did not arrive/);
+  } finally {
+    server.proc.kill('SIGKILL');
+    follower.proc.kill('SIGKILL');
+  }
 });
 
 test('TP flag errors name the flag: -sm none with --tp 2, --node-rank, CUDA ranks, drafting, --nodes count, --tp 3 cut', async () => {
