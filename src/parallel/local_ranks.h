@@ -37,6 +37,7 @@ class LocalTpRanks {
   int size() const { return size_; }
   LoadedModel& model() { return *lm0_; }  // rank 0's (tokenizer folder, warnings, info)
   Backend& backend() { return *be0_; }
+  Communicator& comm() { return group_.rank(0); }  // rank 0's: the server's step engine plans through it
 
   SeqId add_sequence(int64_t capacity);
   void remove_sequence(SeqId id);

@@ -14,6 +14,24 @@
 
 namespace bloomery {
 
+// Every plan starts with a header of four int64 (kind, argument, sequence count, id count), then the
+// sequence ids and the token ids. Engine calls (TpLeader) and the server's scheduler steps (TpStepEngine)
+// share the one follower loop.
+enum TpPlanKind : int64_t {
+  kPlanStop,
+  kPlanAddSequence,
+  kPlanRemoveSequence,
+  kPlanPrefill,
+  kPlanDecode,
+  kPlanNewState,   // arg: the state's id; seqs: {capacity}
+  kPlanDropState,  // arg: the state's id
+  kPlanForward,    // arg: item count; seqs: {state id, token count, flags} per item; ids: every item's
+  kPlanHeartbeat,  // a barrier: a dead or hung rank is found while the server is idle
+};
+// Rank 0's side: the header, then the sequences and ids when there are any.
+void send_plan(Communicator& comm, int64_t kind, int64_t arg, std::span<const int64_t> seqs,
+               std::span<const int32_t> ids);
+
 class TpLeader {
  public:
   TpLeader(Communicator& comm, Engine& engine) : c_(comm), e_(engine) {}
@@ -25,7 +43,6 @@ class TpLeader {
   void stop();
 
  private:
-  void send(int64_t kind, int64_t arg, std::span<const SeqId> seqs, std::span<const int32_t> ids);
   Communicator& c_;
   Engine& e_;
 };
@@ -33,6 +50,9 @@ class TpLeader {
 // A follower's loop: runs every plan rank 0 sends until it says stop. A step refused before its first
 // collective (E_CONTEXT_FULL, E_TOKEN_RANGE) is refused on rank 0 the same way and both carry on; an error
 // after a collective, or a collective failure, is thrown (the caller aborts the group).
-void tp_follow(Communicator& comm, Engine& engine);
+// `heartbeats`: rank 0 sends a plan at least every half deadline (TpStepEngine's heartbeat), so waiting for
+// the next one has the collective deadline too and a stalled rank 0 is named (E_TP_TIMEOUT); without them
+// (`bloomery run`, whose rank 0 may sit at a prompt) the wait has none.
+void tp_follow(Communicator& comm, Engine& engine, bool heartbeats = false);
 
 }  // namespace bloomery

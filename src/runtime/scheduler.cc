@@ -318,7 +318,7 @@ void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
   s.parked = false;
   auto cb = std::move(s.req.on_finish);
   s.busy = false;
-  s.state.reset();  // the state's memory goes back now, not at the slot's next request
+  engine_.release(std::move(s.state));  // the memory goes back now, not at the slot's next request
   s.req = GenRequest{};
   s.ticket.reset();
   s.lru = ++lru_clock_;

@@ -50,6 +50,9 @@ class StepEngine {
   // Makes `to` (a fresh state) the same sequence as `from` (Model::copy_state); false when this engine
   // cannot, and each sequence then reads its own prompt.
   virtual bool copy_state(SequenceState& from, SequenceState& to) { return false; }
+  // The scheduler is done with a state (its request finished): by default it is freed here; a TP leader
+  // also tells the other ranks to free their copies.
+  virtual void release(std::unique_ptr<SequenceState> state) {}
 };
 
 // The engine over a Model and a Backend: a step is ONE Model::forward_batch over every item (decode tokens

@@ -239,7 +239,10 @@ FinishInfo total_of(const std::vector<std::shared_ptr<Generation>>& gens, int n_
 }
 
 ApiError generation_error(const Generation& g) {
-  return server_error("generation failed: " + g.finish().error);
+  const std::string& e = g.finish().error;
+  // A tensor-parallel rank lost mid-request is the engine's end, not this request's fault (serving.md R-5).
+  if (e.find("E_TP_") != std::string::npos) return loading("Engine failed: " + e);
+  return server_error("generation failed: " + e);
 }
 
 // The tokenizer's vocabulary as a byte trie, built on first use (once per tokenizer).

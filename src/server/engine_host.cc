@@ -1,6 +1,7 @@
 #include "server/engine_host.h"
 
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <set>
 
@@ -25,8 +26,19 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
     raise("E_FOLDER_NOT_FOUND", Where{o.model, "", ""}, "a model folder", "no such directory");
   // The engine: -dev none → CPU, cuda0 → CUDA (refused now if the family's ops are not on the card), auto →
   // CUDA when this build has it, a device is present and the family runs on it.
-  const BackendPick pick =
-      pick_backend(o.device == "none" ? "cpu" : (o.device == "cuda0" ? "cuda" : "auto"), h->folder_);
+  h->layout_ = resolve_tp(TpFlags{o.tp, o.nodes, o.node_rank, o.collective_timeout_ms});
+  if (h->layout_.distributed()) {
+    // TP ranks run on the CPU for now: NCCL, which CUDA ranks need, is not built.
+    if (o.device == "cuda0")
+      raise("E_TP_BACKEND", Where{"", "", "--tp"}, "-dev none (CUDA ranks need NCCL, not built yet)",
+            "cuda0");
+    if (o.spec_type != "none")
+      raise("E_FLAG_REFUSED", Where{"", "", "--spec-type"}, "none with --tp/--nodes", o.spec_type,
+            "draft layers are not cut over ranks yet");
+  }
+  const BackendPick pick = pick_backend(
+      o.device == "none" || h->layout_.distributed() ? "cpu" : (o.device == "cuda0" ? "cuda" : "auto"),
+      h->folder_);
   h->backend_name_ = pick.name;
   h->backend_why_ = pick.why;
   check_backend_runs(pick.name, h->folder_);
@@ -113,6 +125,7 @@ MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t u
 
 void EngineHost::load(const SchedulerConfig& config, int threads,
                       const std::function<void(size_t, size_t)>& progress) {
+  if (layout_.distributed()) return load_ranks(config, threads, progress);
   if (!backend_) backend_ = std::make_unique<cpu::CpuBackend>(threads);
   // The loader draws its byte progress bar on stderr and reports (bytes read, total) to `progress`, from its
   // reader threads.
@@ -136,6 +149,35 @@ void EngineHost::load(const SchedulerConfig& config, int threads,
     if (config.spec.ngram) d.source = DraftOptions::Source::Ngram;
     step->enable_drafting(d);
   }
+  step_ = std::move(step);
+  scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);
+}
+
+// --tp/--nodes: every rank loads its slices (the checked, prepared model stays for info and the start
+// screen); rank 0's scheduler steps through a TpStepEngine, whose heartbeat watches the ranks while idle.
+void EngineHost::load_ranks(const SchedulerConfig& config, int threads,
+                            const std::function<void(size_t, size_t)>& progress) {
+  LoadOptions lo;
+  lo.plan.context = config.n_ctx_slot;
+  lo.plan.sequences = config.n_slots;
+  lo.plan.ubatch = config.n_ubatch;
+  if (progress) {
+    progress(0, 1);
+    lo.on_progress = [&progress](uint64_t done, uint64_t total) {
+      progress(static_cast<size_t>(done), static_cast<size_t>(total));
+    };
+  }
+  group_ = std::make_unique<TpGroup>(
+      layout_, folder_, lo, [](int n) { return std::make_unique<cpu::CpuBackend>(n); }, threads);
+  if (progress) progress(1, 1);
+  if (group_->follower()) return;
+  // Heartbeats often enough that a dead rank is named within a deadline and a half of going quiet, and that
+  // the followers, which wait for plans under the deadline, always get one in time.
+  const auto beat =
+      std::clamp(layout_.timeout / 2, std::chrono::milliseconds(1), std::chrono::milliseconds(5000));
+  auto step =
+      std::make_unique<TpStepEngine>(*group_->comm(), *group_->model().model, group_->backend(), beat);
+  tp_step_ = step.get();
   step_ = std::move(step);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);
 }

@@ -19,6 +19,8 @@
 #include "models/memory_plan.h"
 #include "models/model.h"
 #include "models/model_loader.h"
+#include "parallel/tp_group.h"
+#include "parallel/tp_step_engine.h"
 #include "runtime/scheduler.h"
 #include "server/flags.h"
 #include "tokenizer/chat_template.h"
@@ -66,6 +68,14 @@ class EngineHost {
   // arrive, possibly from several threads. Then binds and starts the scheduler.
   void load(const SchedulerConfig& config, int threads, const std::function<void(size_t, size_t)>& progress);
 
+  // Tensor parallelism (--tp, --nodes): the world size, whether this process only follows rank 0 (a
+  // --nodes rank > 0: no HTTP; follow() runs rank 0's plans until it stops or fails), and the group's
+  // failure ("" while every rank is healthy, or without TP): /health and new requests answer 503 with it.
+  int tp_size() const { return layout_.size; }
+  bool follower() const { return group_ && group_->follower(); }
+  void follow() { group_->follow(true); }  // rank 0's heartbeats: a stalled rank 0 is named here too
+  std::string failure() const { return tp_step_ ? tp_step_->failure() : std::string(); }
+
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   const ChatTemplate& chat_template() const { return *template_; }
   const ModelInfo& info() const { return lm_->model->info(); }
@@ -78,6 +88,9 @@ class EngineHost {
   nlohmann::json generation_config() const { return generation_config_; }
 
  private:
+  void load_ranks(const SchedulerConfig& config, int threads,
+                  const std::function<void(size_t, size_t)>& progress);
+
   std::filesystem::path folder_;
   std::unique_ptr<LoadedModel> lm_;  // prepared (source, records, model, plan), then loaded
   std::optional<Tokenizer> tokenizer_;
@@ -90,6 +103,9 @@ class EngineHost {
   std::string backend_name_ = "cpu", backend_why_;
   std::unique_ptr<Backend>
       backend_;  // made in prepare for CUDA (its free memory feeds the plan), in load for CPU
+  TpLayout layout_;
+  std::unique_ptr<TpGroup> group_;   // with --tp/--nodes: the ranks (outlives the step engine)
+  TpStepEngine* tp_step_ = nullptr;  // step_, when it is one
   std::unique_ptr<StepEngine> step_;
   std::unique_ptr<Scheduler> scheduler_;
 };

@@ -359,14 +359,14 @@ std::vector<Flag> compat_rows() {
                  note_switch(true, "/infill is not served")),
       // §1.3 devices and parallelism
       value_row({"-sm", "--split-mode"}, "LLAMA_ARG_SPLIT_MODE", "none|layer|row|tensor", "none", S::Map,
-                "one device per process: none; layer and row are refused",
+                "tensor = tensor parallelism over --tp ranks (or the --nodes); layer and row are refused",
                 [](O& o, auto& f, auto& v) {
                   one_of(f, v, {"none", "layer", "row", "tensor"});
                   if (v == "layer" || v == "row")
                     raise("E_FLAG_REFUSED", Where{"", "", f}, "none or tensor", "'" + v + "'",
-                          "layer and row splits are not built; bloomery serves from one device (-dev)");
-                  if (v == "tensor")
-                    o.warnings.push_back(f + " tensor is ignored: bloomery-serve runs on one device");
+                          "layer and row splits are not built; use -sm tensor with --tp N");
+                  o.split_mode = v;
+                  o.split_mode_flag = f;
                 }),
       value_row({"-ts", "--tensor-split"}, "LLAMA_ARG_TENSOR_SPLIT", "N0,N1,...", "even", S::Map,
                 "equal proportions only; unequal splits are refused",
@@ -938,6 +938,42 @@ const std::vector<Flag>& flag_table() {
        {},
        FlagStatus::Map,
        "every layer runs on the engine's device"},
+      {{"--tp"},
+       {},
+       "",
+       Kind::Value,
+       "N",
+       "1",
+       "bloomery: tensor-parallel ranks (CPU ranks in this process; with --nodes, the number of nodes)",
+       [](O& o, auto& f, auto& v) { o.tp = static_cast<int>(to_int(f, v, 1, 64)); }},
+      {{"--nodes"},
+       {},
+       "",
+       Kind::Value,
+       "HOST:PORT,...",
+       "",
+       "bloomery: one rank per process; rank 0 listens on the first address, the others connect to it",
+       [](O& o, auto& f, auto& v) {
+         if (v.empty()) bad_value(f, "host:port,host:port,...", v);
+         o.nodes = v;
+       }},
+      {{"--node-rank"},
+       {},
+       "",
+       Kind::Value,
+       "R",
+       "0",
+       "bloomery: this process's rank in --nodes; rank 0 serves HTTP, the others follow it",
+       [](O& o, auto& f, auto& v) { o.node_rank = static_cast<int>(to_int(f, v, 0, 63)); }},
+      {{"--collective-timeout-ms"},
+       {},
+       "",
+       Kind::Value,
+       "MS",
+       "10000",
+       "bloomery: deadline of every inter-rank collective and heartbeat; a rank later than this is named, "
+       "/health turns 503",
+       [](O& o, auto& f, auto& v) { o.collective_timeout_ms = static_cast<int>(to_int(f, v, 1, 3600000)); }},
       {{"--load-delay-ms"},
        {},
        "",
@@ -1225,6 +1261,15 @@ ServerOptions parse_flags(const std::vector<std::string>& args, const EnvLookup&
               std::to_string(o.ubatch_size));
   }
   if (!o.user_set("ubatch-size") && o.ubatch_size > o.batch_size) o.ubatch_size = o.batch_size;
+  // -sm none with several ranks contradicts itself; -sm tensor alone means every --nodes rank.
+  if (o.user_set("split-mode") && o.split_mode == "none" && o.tp > 1)
+    raise("E_FLAG_VALUE", Where{"", "", "-sm/--split-mode"}, "tensor with --tp " + std::to_string(o.tp),
+          "'none'", "drop -sm none or --tp");
+  if (o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty())
+    o.warnings.push_back(o.split_mode_flag + " tensor with one rank runs as none: give --tp N or --nodes");
+  if (o.node_rank > 0 && o.nodes.empty())
+    raise("E_FLAG_VALUE", Where{"", "", "--node-rank"}, "0 without --nodes", std::to_string(o.node_rank),
+          "give every rank's address with --nodes host:port,...");
   if (!o.help && !o.version && o.model.empty()) {
     raise("E_FLAG_VALUE", Where{"", "", "-m/--model"}, "a model folder (-m FOLDER or BLOOMERY_ARG_MODEL)",
           "nothing");

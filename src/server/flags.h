@@ -53,6 +53,14 @@ struct ServerOptions {
   std::string spec_type = "none";      // --spec-type: none or draft-mtp
   int spec_n_max = 3, spec_n_min = 0;  // --spec-draft-n-max / -n-min
   double spec_p_min = 0.0;             // --spec-draft-p-min
+  // Tensor parallelism (serving.md §1.3, R-5): --tp ranks (-sm tensor is llama-server's spelling), one per
+  // process with --nodes host:port,… --node-rank R, every collective under --collective-timeout-ms.
+  int tp = 1;
+  std::string split_mode = "none";  // -sm: none or tensor
+  std::string split_mode_flag;      // -sm as it was spelled, for the start-screen note
+  std::string nodes;
+  int node_rank = 0;
+  int collective_timeout_ms = 10000;
   int load_delay_ms = 0;  // --load-delay-ms: a pause before the weights load (tests of the loading state)
   bool help = false;
   bool version = false;

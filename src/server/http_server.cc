@@ -155,7 +155,12 @@ void HttpServer::set_failed(const std::string& reason) {
 
 EngineHost& HttpServer::engine() {
   EngineHost* h = host_.load();
-  if (h) return *h;
+  if (h) {
+    // A tensor-parallel rank that died or hung ends the engine for good (serving.md R-5).
+    const std::string failed = h->failure();
+    if (failed.empty()) return *h;
+    throw loading("Engine failed: " + failed);
+  }
   std::lock_guard lk(state_mu_);
   if (!failure_.empty()) throw loading("Engine failed: " + failure_);
   throw loading("Loading model");
@@ -299,7 +304,7 @@ void HttpServer::routes() {
                      {"bloomery",
                       {{"family", sm.family},
                        {"formats", formats},
-                       {"tp", 1},
+                       {"tp", h.tp_size()},
                        {"engine", "cpu"},
                        {"speculative", {{"type", "none"}, {"n_max", 0}}}}}});
         }));

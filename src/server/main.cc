@@ -37,6 +37,27 @@ void raise_fd_limit() {
     setrlimit(RLIMIT_NOFILE, &r);
   }
 }
+// A --nodes rank > 0: no HTTP. It loads its slices and runs rank 0's step plans until rank 0 stops, or
+// until the group fails (exit 1, the reason on stderr). SIGTERM/SIGINT end it as any process.
+int follow_rank0(const bloomery::server::ServerOptions& opts, bloomery::server::EngineHost& host,
+                 const bloomery::server::ServePlan& plan) {
+  using namespace bloomery;
+  std::signal(SIGINT, SIG_DFL);
+  std::signal(SIGTERM, SIG_DFL);
+  try {
+    SchedulerConfig sc{plan.n_slots, plan.n_ctx_slot, opts.batch_size, opts.ubatch_size};
+    host.load(sc, plan.threads, {});
+    fmt::print("rank {}      loaded; following rank 0 at {}\n", opts.node_rank, opts.nodes);
+    std::fflush(stdout);
+    host.follow();
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "bloomery-serve: error: rank {}: {}\n", opts.node_rank, e.what());
+    return 1;
+  }
+  fmt::print("bloomery-serve: rank {} stopped (rank 0 is done)\n", opts.node_rank);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -100,6 +121,7 @@ int main(int argc, char** argv) {
     fmt::print(stderr, "bloomery-serve: error: {}\n", e.what());
     return 1;
   }
+  if (host->tp_size() > 1 && opts.node_rank > 0) return follow_rank0(opts, *host, plan);
   HttpServer http(opts, plan.n_slots, plan.n_ctx_slot);
   try {
     http.start();
@@ -135,7 +157,17 @@ int main(int argc, char** argv) {
              human_bytes(host->summary().stored_bytes), secs, opts.host, opts.port);
   std::fflush(stdout);
 
-  while (!g_stop) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // A failed tensor-parallel group is told once here; /health already answers 503 with it, and the exit
+  // status after the signal tells the supervisor.
+  bool engine_failed = false;
+  while (!g_stop) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    if (!engine_failed && !host->failure().empty()) {
+      engine_failed = true;
+      fmt::print(stderr, "bloomery-serve: error: engine failed: {}; /health answers 503 until stopped\n",
+                 host->failure());
+    }
+  }
   // Drain: new requests get 503, requests in progress (streams included) may finish for --shutdown-timeout.
   http.begin_drain();
   int busy = http.requests_in_flight();
@@ -156,5 +188,5 @@ int main(int argc, char** argv) {
   fmt::print("bloomery-serve: stopped\n");
   std::fflush(stdout);
   http.stop();
-  return 0;
+  return host->failure().empty() ? 0 : 1;
 }

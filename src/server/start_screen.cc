@@ -73,6 +73,13 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   out += fmt::format("engine      {} ({})\n", host.backend_name() == "cuda" ? "CUDA, device 0" : "CPU",
                      host.backend_why());
   if (const std::string d = host.decode_steps(); !d.empty()) out += "decode      " + d + "\n";
+  if (host.tp_size() > 1)
+    out +=
+        o.nodes.empty()
+            ? fmt::format("parallel    tensor parallel over {} CPU ranks in this process (--tp)\n",
+                          host.tp_size())
+            : fmt::format("parallel    tensor parallel, rank {} of {} over --nodes {}{}\n", o.node_rank,
+                          host.tp_size(), o.nodes, o.node_rank == 0 ? " (serves HTTP)" : " (follows rank 0)");
   out += "formats     role                 stored bytes   formats\n";
   for (const auto& [role, bytes] : s.bytes_by_role) {
     auto it = s.formats_by_role.find(role);

@@ -19,11 +19,13 @@
 #include "backend/select/backend_choice.h"
 #include "core/error.h"
 #include "models/model_loader.h"
+#include "parallel/tp_step_engine.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/bench_grammar.h"
 #include "tools/command.h"
 #include "tools/synthetic_model.h"
+#include "tools/tp_options.h"
 #ifdef BLOOMERY_HAVE_CUDA
 #include <cuda_profiler_api.h>
 
@@ -161,6 +163,8 @@ int run_bench(int argc, char** argv) {
   app.add_option("--max-seconds", bp.max_seconds, "skip tests that would start after this many seconds");
   app.add_option("--warmup", bp.warmup, "1: a short pp + tg before measuring (default), 0: none");
   app.add_option("-t,--threads", threads, "CPU threads (0 = every core)");
+  TpFlags tp_flags;
+  add_tp_options(app, tp_flags);
   app.add_option(
          "--backend", backend_name,
          "auto (CUDA when built, a device is present and the family runs on it; else CPU), cpu or cuda")
@@ -250,11 +254,29 @@ int run_bench(int argc, char** argv) {
     std::printf("%s\n", pj.dump(2).c_str());
     return 0;
   }
+  const TpLayout tp = resolve_tp(tp_flags);
+  if (tp.distributed() && !synthetic.empty())
+    raise("E_BENCH_ARGS", Where{"", "", "--tp"}, "-m <folder> (the synthetic builder does not cut)",
+          "--synthetic");
+  tp_backend(tp, backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   if (graphs_mode == "off") setenv("BLOOMERY_CUDA_GRAPHS", "0", 1);
   if (graphs_mode == "on" || graphs_mode == "ab") setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);  // read at creation
   bp.graphs_ab = graphs_mode == "ab";
-  std::unique_ptr<Backend> backend = make_backend(backend_name, threads);
+  // --tp / --nodes: every rank loads its slices first; rank 0 measures, its steps run on every rank.
+  const auto t_load = Clock::now();
+  std::unique_ptr<TpGroup> group;
+  if (tp.distributed()) {
+    check_backend_runs(backend_name, folder);
+    group = std::make_unique<TpGroup>(
+        tp, folder, LoadOptions{}, [&](int n) { return make_backend(backend_name, n); }, threads);
+    if (group->follower()) {
+      group->follow();
+      return 0;
+    }
+  }
+  std::unique_ptr<Backend> own_backend = group ? nullptr : make_backend(backend_name, threads);
+  Backend* backend = group ? &group->backend() : own_backend.get();
   const double bw = copy_bandwidth(backend_name);  // before the weights take the card's memory
   nlohmann::json j;
   std::string cmd;
@@ -264,13 +286,13 @@ int run_bench(int argc, char** argv) {
   j["threads"] = backend->threads();
   j["copy_bandwidth_GBps"] = bw / 1e9;
 
-  std::unique_ptr<LoadedModel> lm;
+  std::unique_ptr<LoadedModel> own_lm;
+  LoadedModel* lm = group ? &group->model() : nullptr;
   std::unique_ptr<SyntheticModel> sm;
   Model* model = nullptr;
   std::vector<WeightCost> costs;
   nlohmann::json text;
   double load_s = 0;
-  const auto t_load = Clock::now();
   if (!synthetic.empty()) {
     const SyntheticLayout layout = parse_synthetic_layout(layout_name);
     sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads);
@@ -284,14 +306,18 @@ int run_bench(int argc, char** argv) {
     j["stored_bytes_by_format"] = sm->bytes_by_format;
     j["host_table_bytes"] = sm->table_bytes;
   } else {
-    check_backend_runs(backend_name, folder);
-    lm = load_model(folder, *backend);
+    if (!lm) {
+      check_backend_runs(backend_name, folder);
+      own_lm = load_model(folder, *backend);
+      lm = own_lm.get();
+    }
     load_s = since(t_load);
     model = lm->model.get();
     costs = weight_costs(*lm);
     text = lm->config.text;
     j["model"] = folder;
     j["load_s"] = load_s;
+    j["tp"] = tp.size;
   }
   const ModelInfo& info = model->info();
   j["family"] = info.family;
@@ -304,9 +330,10 @@ int run_bench(int argc, char** argv) {
   j["results"] = nlohmann::json::array();
 
   if (!json) {
-    std::printf("model %s (%s), backend %s, %d thread(s), %s in %.2f s, %d repetitions\n",
+    std::printf("model %s (%s), backend %s, %d thread(s)%s, %s in %.2f s, %d repetitions\n",
                 synthetic.empty() ? folder.c_str() : (synth_name + " " + layout_name).c_str(),
                 info.family.c_str(), backend_name.c_str(), backend->threads(),
+                tp.size > 1 ? fmt::format(" per rank, tp {}", tp.size).c_str() : "",
                 synthetic.empty() ? "loaded" : "built", load_s, bp.repeats);
     std::printf("copy bandwidth (%s, read + written, best of 5): %.1f GB/s\n",
                 backend_name == "cuda" ? "device-to-device cudaMemcpy" : "host memcpy, 1 thread", bw / 1e9);
@@ -324,7 +351,7 @@ int run_bench(int argc, char** argv) {
     if (graphs_mode == "ab")
       raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "one A/B at a time", "--cuda-graphs ab and --ab");
 #ifdef BLOOMERY_HAVE_CUDA
-    if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get())) {
+    if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend)) {
       if (ab_knob == "gemv")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
       else if (ab_knob == "eager-zero")
@@ -400,7 +427,11 @@ int run_bench(int argc, char** argv) {
     const bool no_tg = std::all_of(bp.ns.begin(), bp.ns.end(), [](int64_t n) { return n == 0; });
     (no_tg ? bp.profile_pp : bp.profile_tg) = true;
   }
-  const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row);
+  // With TP every step goes through the server's step engine on rank 0, sent to the other ranks first.
+  std::unique_ptr<TpStepEngine> tp_steps =
+      group ? std::make_unique<TpStepEngine>(*group->comm(), *model, *backend, tp.timeout / 2) : nullptr;
+  const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row, tp_steps.get());
+  tp_steps.reset();  // its heartbeat stops before the group does
   std::string grammar_line;
   if (gb.wanted()) {
     double tg_ms = 0;
@@ -412,7 +443,7 @@ int run_bench(int argc, char** argv) {
   }
   std::string graphs_line, op_lines;
 #ifdef BLOOMERY_HAVE_CUDA
-  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && op_times_requested()) {
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend); cb && op_times_requested()) {
     const char* unit = bp.profile_pp ? "pp" : "tg";  // what the range covered (see profile_pp)
     int64_t steps = 0;
     for (const BenchRow& r : rows)
@@ -439,7 +470,7 @@ int run_bench(int argc, char** argv) {
     j["op_times"] = ops;
     write_json_out(j);
   }
-  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend.get()); cb && cb->step_graphs().stats().steps > 0) {
+  if (auto* cb = dynamic_cast<cuda::CudaBackend*>(backend); cb && cb->step_graphs().stats().steps > 0) {
     const cuda::StepGraphStats& g = cb->step_graphs().stats();
     const double per = g.captured ? 1e3 / static_cast<double>(g.captured) : 0.0;  // ms per replayed step
     j["cuda_graphs"] = {{"steps", g.steps},

@@ -27,9 +27,10 @@ double since(Clock::time_point t0) {
 
 class Runner {
  public:
-  Runner(Backend& be, Model& m, const BenchHooks& h, const BenchParams& p)
+  Runner(Backend& be, Model& m, const BenchHooks& h, const BenchParams& p, StepEngine* steps)
       : be_(be),
         m_(m),
+        steps_(steps),
         h_(h),
         p_(p),
         rng_(p.seed),
@@ -50,15 +51,46 @@ class Runner {
     Tensor logits;
     for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(ub)) {
       const size_t n = std::min(ids.size() - i, static_cast<size_t>(ub));
-      ForwardResult r = m_.forward(be_, st, ids.subspan(i, n), false);
-      if (draft) draft_feed(m_, be_, st, r.hidden, ids.subspan(i, n), true);
-      logits = r.logits;
+      if (steps_) {
+        const Model::BatchEntry e{&st, ids.subspan(i, n), false};
+        std::vector<Tensor> r = via_steps(std::span(&e, 1), i + n == ids.size());
+        if (!r.empty()) logits = r[0];
+      } else {
+        ForwardResult r = m_.forward(be_, st, ids.subspan(i, n), false);
+        if (draft) draft_feed(m_, be_, st, r.hidden, ids.subspan(i, n), true);
+        logits = r.logits;
+      }
     }
     return logits;
   }
 
+  // A forward through the step engine (the ranks' path): every entry's last-row logits, uploaded again so
+  // that the greedy hook and the finiteness check read them as they read the model's.
+  std::vector<Tensor> via_steps(std::span<const Model::BatchEntry> entries, bool want_logits) {
+    std::vector<StepItem> items(entries.size());
+    for (size_t i = 0; i < items.size(); ++i) {
+      items[i].state = entries[i].state;
+      items[i].ids = entries[i].ids;
+      items[i].want_logits = want_logits;
+    }
+    steps_->forward(items);
+    std::vector<Tensor> out;
+    for (StepItem& it : items) {
+      if (!it.error.empty()) raise("E_BENCH_STEP", Where{"", "", "--tp"}, "a step every rank ran", it.error);
+      if (want_logits) out.push_back(be_.upload(it.logits, {1, static_cast<int64_t>(it.logits.size())}));
+    }
+    return out;
+  }
+
+  void release(std::vector<std::unique_ptr<SequenceState>>& states) {
+    if (steps_)
+      for (auto& s : states) steps_->release(std::move(s));
+    states.clear();
+  }
+
   std::unique_ptr<SequenceState> fresh(int64_t depth, int64_t room, bool draft = false) {
-    auto st = m_.new_state(be_, depth + room + kRoomSlack);
+    auto st =
+        steps_ ? steps_->new_state(depth + room + kRoomSlack) : m_.new_state(be_, depth + room + kRoomSlack);
     if (depth > 0) prefill(*st, tokens(depth), draft);
     return st;
   }
@@ -83,6 +115,10 @@ class Runner {
         for (int64_t i = 0; i < row.conc; ++i)
           entries.push_back({seqs[i].get(), std::span<const int32_t>(prompts[i]).subspan(c0, n), false});
         logits.clear();
+        if (steps_) {
+          logits = via_steps(entries, c0 + n == row.tokens);
+          continue;
+        }
         for (ForwardResult& r : m_.forward_batch(be_, entries)) logits.push_back(r.logits);
       }
     }
@@ -92,13 +128,15 @@ class Runner {
     row.ms.push_back(s * 1e3);
     row.tps.push_back(static_cast<double>(row.conc * row.tokens) / s);
     row.finite = row.finite && last_row_finite(be_, logits.back());
+    release(seqs);
   }
 
   // The depth pool holds at least `c` sequences at depth d (each prefilled untimed, one after another).
   void grow_pool(int64_t c, int64_t depth, int64_t room) {
     while (static_cast<int64_t>(pool_.size()) < c) pool_.push_back(fresh(depth, room, queue_drafts_));
   }
-  void drop_pool() { pool_.clear(); }
+  void drop_pool() { release(pool_); }
+  ~Runner() { release(pool_); }
 
   // One tg repeat on the first C sequences of the pool: n batched decode steps, greedy on the device.
   void tg(BenchRow& row) {
@@ -111,9 +149,14 @@ class Runner {
       std::vector<Model::BatchEntry> entries;
       for (int64_t i = 0; i < row.conc; ++i)
         entries.push_back({pool_[i].get(), std::span<const int32_t>(&ids[i], 1), false});
-      std::vector<ForwardResult> res = forward_step(m_, be_, entries);
+      std::vector<ForwardResult> res;
       logits.clear();
-      for (ForwardResult& r : res) logits.push_back(r.logits);
+      if (steps_) {
+        logits = via_steps(entries, true);
+      } else {
+        res = forward_step(m_, be_, entries);
+        for (ForwardResult& r : res) logits.push_back(r.logits);
+      }
       const int32_t fed = ids[0];
       ids = h_.greedy(logits);  // the ids come back to the host: the step is complete on the device
       h_.sync();
@@ -156,6 +199,7 @@ class Runner {
  private:
   Backend& be_;
   Model& m_;
+  StepEngine* steps_;
   const BenchHooks& h_;
   const BenchParams& p_;
   std::mt19937 rng_;
@@ -221,9 +265,11 @@ void check_params(const BenchParams& p) {
 }
 
 std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
-                                     const BenchParams& p,
-                                     const std::function<void(const BenchRow&)>& on_row) {
+                                     const BenchParams& p, const std::function<void(const BenchRow&)>& on_row,
+                                     StepEngine* steps) {
   check_params(p);
+  if (steps && !p.spec_rows.empty())  // the draft layers are not cut over ranks (run and serve refuse too)
+    raise("E_BENCH_ARGS", Where{"", "", "--spec-rows"}, "one rank (no --tp / --nodes)", "tensor parallel");
   // The spec rows that run with a C = 1 tg row: skipped with it, the draft row also without a draft layer.
   auto spec_rows_of = [&](const BenchRow& tg) {
     std::vector<BenchRow> out;
@@ -247,7 +293,7 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     return out;
   };
 
-  Runner run(backend, model, hooks, p);
+  Runner run(backend, model, hooks, p, steps);
   if (p.warmup) {
     BenchRow w;
     w.tokens = 8;

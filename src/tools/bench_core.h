@@ -13,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "models/model.h"
+#include "runtime/scheduler.h"
 
 namespace bloomery::tools {
 
@@ -97,9 +98,12 @@ inline bool is_spec_row(const BenchRow& r) {
 // continue on the same sequences, so a tg row's depth grows by n per repeat: depth … depth_end). pp with
 // C > 1 runs the C prompts through one forward_batch; tg steps always batch the C sequences.
 // `on_row` is called after every row (e.g. to rewrite a JSON file so a killed run keeps its rows).
+// `steps`: when given (tensor parallel), every state and forward goes through it instead of the model, so
+// rank 0's steps run on every rank; logits then come back to the host.
 std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const BenchHooks& hooks,
                                      const BenchParams& params,
-                                     const std::function<void(const BenchRow&)>& on_row = {});
+                                     const std::function<void(const BenchRow&)>& on_row = {},
+                                     StepEngine* steps = nullptr);
 
 // True when every element of the tensor's last row is finite (downloads one row).
 bool last_row_finite(Backend& backend, const Tensor& logits);

@@ -16,14 +16,13 @@
 #include "backend/select/backend_choice.h"
 #include "core/error.h"
 #include "models/model_loader.h"
-#include "parallel/local_ranks.h"
-#include "parallel/socket_comm.h"
-#include "parallel/step_plan.h"
+#include "parallel/tp_group.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "tools/command.h"
+#include "tools/tp_options.h"
 
 namespace bloomery::tools {
 namespace {
@@ -159,8 +158,7 @@ int run_run(int argc, char** argv) {
   std::string spec_type = "none";
   int spec_n_max = 3, spec_n_min = 0;
   float spec_p_min = 0.0f;
-  int tp_size = 1, collective_timeout_ms = 10000, node_rank = 0;
-  std::string nodes;
+  TpFlags tp_flags;
   app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
   app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
   app.add_option("--prompt-ids", prompt_ids, "prompt as comma-separated token ids (no tokenizer needed)");
@@ -199,27 +197,13 @@ int run_run(int argc, char** argv) {
   app.add_option("--spec-draft-p-min,--draft-p-min", spec_p_min,
                  "stop drafting when the draft's top probability falls below P")
       ->check(CLI::Range(0.0f, 1.0f));
-  app.add_option("--tp", tp_size, "tensor-parallel ranks (CPU ranks in this process, one thread group each)")
-      ->check(CLI::Range(1, 64));
-  app.add_option("--collective-timeout-ms", collective_timeout_ms,
-                 "deadline of every inter-rank collective; a rank later than this is named and the run fails")
-      ->check(CLI::Range(1, 3600000));
-  app.add_option(
-      "--nodes", nodes,
-      "one rank per process: host:port,… (rank 0 listens on the first address, the others connect)");
-  app.add_option("--node-rank", node_rank, "this process's rank in --nodes (rank 0 prompts and samples)")
-      ->check(CLI::NonNegativeNumber);
+  add_tp_options(app, tp_flags);
   CLI11_PARSE(app, argc, argv);
-  std::vector<NodeAddress> node_list;
-  if (!nodes.empty()) {
-    node_list = parse_nodes(nodes);
-    if (tp_size != 1 && tp_size != int(node_list.size()))
-      raise("E_TP_NODES", Where{"", "", "--tp"},
-            fmt::format("--tp equal to the {} --nodes", node_list.size()), std::to_string(tp_size));
-    tp_size = int(node_list.size());
-  }
+  const TpLayout layout = resolve_tp(tp_flags);
+  const int tp_size = layout.size;
+  const int node_rank = layout.rank;
   const bool drafting = spec_type != "none";
-  if (drafting && (tp_size > 1 || !nodes.empty())) {
+  if (drafting && layout.distributed()) {
     std::fprintf(stderr,
                  "error: --spec-type with --tp/--nodes is not supported yet (draft layers are not cut)\n");
     return 2;
@@ -234,10 +218,7 @@ int run_run(int argc, char** argv) {
     return 2;
   }
   // --backend cuda: refuse a family whose ops the card lacks before loading anything (helper J).
-  if (tp_size > 1 && backend_name == "auto") backend_name = "cpu";  // TP ranks run on the CPU for now
-  if (tp_size > 1 && backend_name != "cpu")
-    raise("E_TP_BACKEND", Where{"", "", "--tp"}, "--backend cpu (CUDA ranks need NCCL, not built yet)",
-          backend_name);
+  tp_backend(layout, backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   check_backend_runs(backend_name, folder);
 
@@ -257,44 +238,15 @@ int run_run(int argc, char** argv) {
     if (no_progress) return;
     for (const std::string& line : plan.lines()) std::fprintf(stderr, "%s\n", line.c_str());
   };
-  // --tp N: N ranks, each with its share of the threads; rank 0 (here) drives, the others follow.
-  std::unique_ptr<Backend> own_backend;
-  std::unique_ptr<LoadedModel> own_lm;
-  std::unique_ptr<LocalTpRanks> ranks;
-  std::unique_ptr<SocketComm> net;
-  // A rank that fails tells the others why, so they stop at once instead of at their deadline.
-  struct AbortOnThrow {
-    std::unique_ptr<SocketComm>& c;
-    ~AbortOnThrow() {
-      if (c && std::uncaught_exceptions() > 0) c->abort("stopped by an error (see its log)");
-    }
-  } abort_on_throw{net};
-  if (!node_list.empty()) {
-    net = SocketComm::connect(node_rank, tp_size, node_list[0],
-                              std::chrono::milliseconds(collective_timeout_ms),
-                              std::chrono::milliseconds(120000));
-    load.tp_rank = node_rank;
-    load.tp_size = tp_size;
-    load.comm = net.get();
-    own_backend = make_backend(backend_name, threads);
-    own_lm = load_model(folder, *own_backend, load);
-    net->barrier("load", std::chrono::milliseconds(120000));
-    if (node_rank != 0) {  // a follower: run rank 0's step plans until it stops
-      Engine follower(*own_backend, *own_lm->model);
-      tp_follow(*net, follower);
-      return 0;
-    }
-  } else if (tp_size > 1) {
-    const int per_rank = std::max(
-        1, (threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()))) / tp_size);
-    ranks = std::make_unique<LocalTpRanks>(tp_size, std::chrono::milliseconds(collective_timeout_ms), folder,
-                                           load, [&](int) { return make_backend(backend_name, per_rank); });
-  } else {
-    own_backend = make_backend(backend_name, threads);
-    own_lm = load_model(folder, *own_backend, load);
+  // --tp N / --nodes: rank 0 (this process, or rank 0 of --nodes) drives, the other ranks follow.
+  TpGroup group(
+      layout, folder, load, [&](int n) { return make_backend(backend_name, n); }, threads);
+  if (group.follower()) {
+    group.follow();
+    return 0;
   }
-  Backend* backend = ranks ? &ranks->backend() : own_backend.get();
-  LoadedModel* lm = ranks ? &ranks->model() : own_lm.get();
+  Backend* backend = &group.backend();
+  LoadedModel* lm = &group.model();
   if (!no_progress) std::fprintf(stderr, "loaded %s\n", lm->stats.summary().c_str());
   Model& model = *lm->model;
   const ModelInfo& info = model.info();
@@ -332,12 +284,7 @@ int run_run(int argc, char** argv) {
                         ids, eos, n_predict, ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min,
                         spec_p_min, SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
 
-  std::unique_ptr<Engine> engine = ranks ? nullptr : std::make_unique<Engine>(*backend, model);
-  std::unique_ptr<TpLeader> leader = net ? std::make_unique<TpLeader>(*net, *engine) : nullptr;
-  const int64_t capacity = static_cast<int64_t>(ids.size()) + n_predict + 1;
-  SeqId seq = leader  ? leader->add_sequence(capacity)
-              : ranks ? ranks->add_sequence(capacity)
-                      : engine->add_sequence(capacity);
+  SeqId seq = group.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);
   Sampler sampler(SamplerConfig{temp, top_k, top_p, min_p, seed});
   std::ofstream logits_file;
   if (!logits_out.empty()) {
@@ -352,15 +299,13 @@ int run_run(int argc, char** argv) {
   auto t_loaded = Clock::now();
   std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads%s; prompt %zu tokens\n", folder.c_str(),
                info.family.c_str(), seconds(t0, t_loaded), backend->threads(),
-               ranks ? fmt::format(" per rank, tp {}", tp_size).c_str() : "", ids.size());
+               tp_size > 1 ? fmt::format(" per rank, tp {}", tp_size).c_str() : "", ids.size());
   if (tok) {
     std::fputs(tok->decode_text(ids).c_str(), stdout);
     std::fflush(stdout);
   }
 
-  std::vector<float> row = leader  ? leader->prefill(seq, ids)
-                           : ranks ? ranks->prefill(seq, ids)
-                                   : engine->prefill(seq, ids);
+  std::vector<float> row = group.prefill(seq, ids);
   auto t_prompt = Clock::now();
   std::vector<int32_t> out;
   std::unique_ptr<StreamDecoder> stream = tok ? std::make_unique<StreamDecoder>(*tok) : nullptr;
@@ -376,12 +321,10 @@ int run_run(int argc, char** argv) {
     if ((is_eos && !ignore_eos) || i + 1 == n_predict) break;
     SeqId seqs[] = {seq};
     int32_t toks[] = {next};
-    row = (leader  ? leader->decode(seqs, toks)
-           : ranks ? ranks->decode(seqs, toks)
-                   : engine->decode(seqs, toks))[0];
+    row = group.decode(seqs, toks)[0];
   }
   auto t_end = Clock::now();
-  if (leader) leader->stop();
+  group.stop();
   finish_output(stream.get(), out, print_ids);
   const double tp = seconds(t_loaded, t_prompt), tg = seconds(t_prompt, t_end);
   std::fprintf(

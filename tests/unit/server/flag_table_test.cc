@@ -149,7 +149,10 @@ const std::vector<Row>& spec_rows() {
       {{"-sm", "none"}, Want::Ok},
       {{"--split-mode", "layer"}, Want::Refuse},
       {{"--split-mode", "row"}, Want::Refuse},
-      {{"--split-mode", "tensor"}, Want::Warn},
+      {{"--split-mode", "tensor"}, Want::Warn},  // one rank: a note to give --tp
+      {{"--tp", "2"}, Want::Ok},
+      {{"--collective-timeout-ms", "500"}, Want::Ok},
+      {{"--nodes", "127.0.0.1:1,127.0.0.1:2"}, Want::Ok},
       {{"-ts", "1,1"}, Want::Warn},
       {{"--tensor-split", "3,1"}, Want::Refuse},
       {{"-mg", "0"}, Want::Ok},

@@ -1,0 +1,126 @@
+// TpStepEngine: rank 0's scheduler steps as step plans (step_plan.h), and the heartbeat watchdog.
+#include "parallel/tp_step_engine.h"
+
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+#include "parallel/step_plan.h"
+
+namespace bloomery {
+
+TpStepEngine::TpStepEngine(Communicator& comm, Model& model, Backend& backend,
+                           std::chrono::milliseconds heartbeat)
+    : c_(comm), local_(model, backend), heartbeat_(heartbeat) {
+  beat_ = std::thread([this] { heartbeat_loop(); });
+}
+
+TpStepEngine::~TpStepEngine() {
+  {
+    std::lock_guard lk(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  beat_.join();
+}
+
+std::string TpStepEngine::failure() const {
+  std::lock_guard lk(failure_mu_);
+  return failure_;
+}
+
+void TpStepEngine::fail(const std::string& why) {
+  {
+    std::lock_guard lk(failure_mu_);
+    if (!failure_.empty()) return;
+    failure_ = why;
+  }
+  std::fprintf(stderr, "bloomery: tensor-parallel group failed: %s\n", why.c_str());
+  c_.abort(why);  // the other ranks stop at once instead of at their deadline
+}
+
+int64_t TpStepEngine::id_of(const SequenceState* s) {
+  std::lock_guard lk(ids_mu_);
+  return ids_.at(s);
+}
+
+void TpStepEngine::release(std::unique_ptr<SequenceState> state) {
+  std::lock_guard lk(ids_mu_);
+  auto it = ids_.find(state.get());
+  if (it == ids_.end()) return;
+  released_.push_back(it->second);
+  ids_.erase(it);
+}
+
+void TpStepEngine::send_released() {
+  std::vector<int64_t> gone;
+  {
+    std::lock_guard lk(ids_mu_);
+    gone.swap(released_);
+  }
+  for (int64_t id : gone) send_plan(c_, kPlanDropState, id, {}, {});
+}
+
+std::unique_ptr<SequenceState> TpStepEngine::new_state(int64_t capacity) {
+  std::lock_guard lk(mu_);
+  if (const std::string f = failure(); !f.empty())
+    raise("E_TP_RANK_FAILED", Where{"", "", "--tp"}, "every rank alive", "the group failed: " + f);
+  const int64_t id = next_id_++;
+  try {
+    send_released();
+    const int64_t cap[1] = {capacity};
+    send_plan(c_, kPlanNewState, id, cap, {});
+  } catch (const std::exception& e) {
+    fail(e.what());
+    throw;
+  }
+  std::unique_ptr<SequenceState> s = local_.new_state(capacity);
+  std::lock_guard ids(ids_mu_);
+  ids_[s.get()] = id;
+  return s;
+}
+
+void TpStepEngine::forward(std::span<StepItem> items) {
+  std::lock_guard lk(mu_);
+  auto fail_all = [&](const std::string& why) {
+    for (StepItem& it : items) it.error = why;
+  };
+  if (const std::string f = failure(); !f.empty())
+    return fail_all("E_TP_RANK_FAILED: the tensor-parallel group failed: " + f);
+  std::vector<int64_t> meta;
+  std::vector<int32_t> ids;
+  for (const StepItem& it : items) {
+    meta.insert(meta.end(), {id_of(it.state), int64_t(it.ids.size()),
+                             int64_t(it.want_logits ? 1 : 0) | int64_t(it.speculative ? 2 : 0)});
+    ids.insert(ids.end(), it.ids.begin(), it.ids.end());
+  }
+  try {
+    send_released();
+    send_plan(c_, kPlanForward, int64_t(items.size()), meta, ids);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    return fail_all(e.what());
+  }
+  local_.forward(items);
+  // The step engine turns every error into its items' errors: a collective's (E_TP_*) is the group's end,
+  // and the request in flight carries it to its client.
+  for (const StepItem& it : items)
+    if (it.error.find("E_TP_") != std::string::npos) return fail(it.error);
+}
+
+void TpStepEngine::heartbeat_loop() {
+  std::unique_lock lk(mu_);
+  while (!stopping_) {
+    cv_.wait_for(lk, heartbeat_);
+    if (stopping_ || !failure().empty()) continue;
+    try {
+      send_plan(c_, kPlanHeartbeat, 0, {}, {});
+      c_.barrier("heartbeat");
+    } catch (const std::exception& e) {
+      fail(e.what());
+    }
+  }
+}
+
+}  // namespace bloomery

@@ -1,0 +1,61 @@
+// The server's step engine on rank 0 of a tensor-parallel group: every scheduler call (a new sequence state,
+// a forward over the step's items, a state released) is first sent to the other ranks as a step plan, which
+// they run on their own shards (tp_follow); rank 0 then runs it and samples from the gathered logits.
+//
+// Watchdog (serving.md R-5): while the server is idle a heartbeat (a barrier under --collective-timeout-ms)
+// runs every `heartbeat` interval, so a dead or hung rank is found without a request. Once any collective
+// fails the group is done: failure() names the rank and the collective, the request in flight gets that
+// error, and every later forward and new state fails at once.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "parallel/communicator.h"
+#include "runtime/scheduler.h"
+
+namespace bloomery {
+
+class TpStepEngine final : public StepEngine {
+ public:
+  TpStepEngine(Communicator& comm, Model& model, Backend& backend, std::chrono::milliseconds heartbeat);
+  ~TpStepEngine() override;  // stops the heartbeat (the group's owner stops the followers)
+
+  int64_t vocab_size() const override { return local_.vocab_size(); }
+  std::unique_ptr<SequenceState> new_state(int64_t capacity) override;
+  void forward(std::span<StepItem> items) override;
+  void prefetch(SequenceState& state, std::span<const int32_t> ids) override { local_.prefetch(state, ids); }
+  void release(std::unique_ptr<SequenceState> state) override;
+
+  // "" while every rank is healthy; else why the group failed (the first collective error).
+  std::string failure() const;
+
+ private:
+  void fail(const std::string& why);  // under mu_: records the first failure and stops the other ranks
+  void send_released();               // under mu_: the states released since the last plan
+  int64_t id_of(const SequenceState* s);
+  void heartbeat_loop();
+
+  Communicator& c_;
+  ModelStepEngine local_;
+  std::mutex ids_mu_;  // release() may come while a plan is being sent
+  std::map<const SequenceState*, int64_t> ids_;
+  std::vector<int64_t> released_;
+  int64_t next_id_ = 1;
+  std::mutex mu_;  // one plan at a time: the scheduler's steps and the heartbeat
+  // failure_ has its own lock: /health reads it while a step (or a hung collective) holds mu_.
+  mutable std::mutex failure_mu_;
+  std::string failure_;
+  std::chrono::milliseconds heartbeat_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread beat_;
+};
+
+}  // namespace bloomery

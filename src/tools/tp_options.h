@@ -1,0 +1,18 @@
+// The tensor-parallel flags `bloomery run` and `bloomery bench` share (bloomery-serve's are in its flag
+// table): --tp, --nodes, --node-rank, --collective-timeout-ms, and the backend the ranks run on.
+#pragma once
+
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "parallel/tp_group.h"
+
+namespace bloomery::tools {
+
+void add_tp_options(CLI::App& app, TpFlags& flags);
+
+// TP ranks run on the CPU for now: --backend auto becomes cpu, cuda is refused (E_TP_BACKEND naming --tp).
+void tp_backend(const TpLayout& layout, std::string& backend_name);
+
+}  // namespace bloomery::tools

@@ -1,0 +1,219 @@
+// bloomery-serve with tensor parallelism on CPU ranks (serving.md §1.3, R-5): --tp 2 in one process and
+// --nodes over 127.0.0.1 (one process per rank) give --tp 1's greedy text; a rank killed mid-stream or
+// stalled while idle is named, /health and new requests turn 503, the stream in flight ends with an error
+// event, and SIGTERM then ends rank 0 with status 1; a stalled rank 0 is named by its follower.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import path from 'node:path';
+import { SERVE, MODEL, FIXTURES, freePort, startServer, getJson, postJson, waitFor } from './harness.mjs';
+
+const PROMPT = { prompt: 'The quick brown fox', n_predict: 24, temperature: 0, ignore_eos: true };
+
+// A --nodes rank > 0: no HTTP, so the harness's port wait does not apply.
+function startFollower(args) {
+  const proc = spawn(SERVE, ['-m', MODEL, '-t', '1', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let exited = null;
+  proc.stdout.on('data', (d) => { out += d; });
+  proc.stderr.on('data', (d) => { out += d; });
+  proc.on('exit', (code, sig) => { exited = { code, sig }; });
+  return { proc, output: () => out, exited: () => exited };
+}
+
+async function nodes(extra = []) {
+  const p0 = await freePort();
+  const p1 = await freePort();
+  const list = `127.0.0.1:${p0},127.0.0.1:${p1}`;
+  const follower = startFollower(['--nodes', list, '--node-rank', '1', ...extra]);
+  const server = await startServer({ args: ['--nodes', list, '--node-rank', '0', ...extra] });
+  return { server, follower };
+}
+
+async function greedy(server) {
+  const r = await postJson(`${server.url}/completion`, PROMPT);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.equal(r.body.tokens_predicted, PROMPT.n_predict);
+  return r.body.content;
+}
+
+test('--tp 2 and -sm tensor --tp 2 give --tp 1 greedy text; /props reports tp', async () => {
+  const one = await startServer();
+  let expected;
+  try {
+    expected = await greedy(one);
+  } finally {
+    await one.stop();
+  }
+  for (const args of [['--tp', '2'], ['-sm', 'tensor', '--tp', '2']]) {
+    const s = await startServer({ args });
+    try {
+      assert.match(s.output(), /tensor parallel over 2 CPU ranks/);
+      assert.equal(await greedy(s), expected, args.join(' '));
+      // Two requests at once share steps through the ranks and still match.
+      const both = await Promise.all([greedy(s), greedy(s)]);
+      assert.deepEqual(both, [expected, expected]);
+      const props = await getJson(`${s.url}/props`);
+      assert.equal(props.body.bloomery.tp, 2);
+    } finally {
+      await s.stop();
+    }
+    assert.equal(s.exited().code, 0, s.output());
+  }
+});
+
+test('every fixture whose shapes divide: serve --tp N gives --tp 1 greedy text', async () => {
+  // The cuts docs/serving.md lists as running (the others are refused by E_TP_CUT).
+  const runs = [['qwen3_next-modelopt-mixed', [2]], ['qwen4_exp-bf16', [2]], ['qwen4_exp-modelopt-mixed', [2]],
+    ['glm5_next-bf16', [2, 4]], ['glm5_next-modelopt-mixed', [2]]];
+  for (const [name, tps] of runs) {
+    const model = path.join(FIXTURES, name);
+    const one = await startServer({ model });
+    let expected;
+    try {
+      expected = await greedy(one);
+    } finally {
+      await one.stop();
+    }
+    for (const tp of tps) {
+      const s = await startServer({ model, args: ['--tp', String(tp)] });
+      try {
+        assert.equal(await greedy(s), expected, `${name} --tp ${tp}`);
+      } finally {
+        await s.stop();
+      }
+    }
+  }
+});
+
+test('--nodes over 127.0.0.1: two processes give one process greedy text; the follower stops with rank 0', async () => {
+  const one = await startServer();
+  let expected;
+  try {
+    expected = await greedy(one);
+  } finally {
+    await one.stop();
+  }
+  const { server, follower } = await nodes();
+  try {
+    assert.match(server.output(), /rank 0 of 2/);
+    assert.equal(await greedy(server), expected);
+    assert.equal(await greedy(server), expected);  // freed states are dropped on the follower too
+  } finally {
+    await server.stop();
+    await waitFor(() => follower.exited() !== null, 10000, 'the follower to exit').catch(() => follower.proc.kill('SIGKILL'));
+  }
+  assert.equal(server.exited().code, 0, server.output());
+  assert.equal(follower.exited().code, 0, follower.output());
+  assert.match(follower.output(), /rank 1 stopped/);
+});
+
+test('a killed rank mid-stream: the stream gets an error event, /health 503 names it, SIGTERM exits 1', async () => {
+  const timeout = 1000;
+  const { server, follower } = await nodes(['-np', '1', '-c', '32768', '--collective-timeout-ms', String(timeout)]);
+  try {
+    const res = await fetch(`${server.url}/completion`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'x', n_predict: 30000, temperature: 0, ignore_eos: true, stream: true }),
+    });
+    assert.equal(res.status, 200);
+    const reader = res.body.getReader();
+    let text = '';
+    const dec = new TextDecoder();
+    while (!text.includes('data: ')) text += dec.decode((await reader.read()).value);  // decoding runs
+    follower.proc.kill('SIGKILL');
+    const t0 = Date.now();
+    await waitFor(async () => (await fetch(`${server.url}/health`)).status === 503, 30000, '/health 503');
+    const detected = Date.now() - t0;
+    assert.ok(detected <= timeout + 2000, `detected after ${detected} ms`);
+    const h = await getJson(`${server.url}/health`);
+    assert.equal(h.body.error.type, 'unavailable_error');
+    assert.match(h.body.error.message, /Engine failed: .*rank 1/);
+    // The stream ends (no hang) with an error event, not a normal stop.
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      text += dec.decode(value);
+    }
+    const last = text.trim().split('\n').filter((l) => l.length).at(-1);
+    assert.match(last, /^error: .*"code":503.*rank 1/, last);
+    assert.ok(!text.includes('"stop":true'), 'the stream did not end as a finished generation');
+    const again = await postJson(`${server.url}/completion`, PROMPT);
+    assert.equal(again.status, 503);
+    assert.match(again.body.error.message, /Engine failed/);
+  } finally {
+    await server.stop();
+    follower.proc.kill('SIGKILL');
+  }
+  assert.equal(server.exited().code, 1, server.output());
+  assert.match(server.output(), /engine failed: .*rank 1/);
+});
+
+test('a rank stalled while idle is found by the heartbeat within the deadline', async () => {
+  const timeout = 1000;
+  const { server, follower } = await nodes(['--collective-timeout-ms', String(timeout)]);
+  try {
+    await greedy(server);
+    follower.proc.kill('SIGSTOP');
+    const t0 = Date.now();
+    await waitFor(async () => (await fetch(`${server.url}/health`)).status === 503, 30000, '/health 503');
+    const detected = Date.now() - t0;
+    // A heartbeat every half deadline, then the deadline itself.
+    assert.ok(detected <= 2 * timeout + 2000, `detected after ${detected} ms`);
+    const h = await getJson(`${server.url}/health`);
+    assert.match(h.body.error.message, /E_TP_TIMEOUT.*rank 1/);
+  } finally {
+    await server.stop();
+    follower.proc.kill('SIGKILL');
+  }
+  assert.equal(server.exited().code, 1, server.output());
+});
+
+test('a stalled rank 0 is named by its follower, which waits for plans under the deadline', async () => {
+  const timeout = 1000;
+  const { server, follower } = await nodes(['--collective-timeout-ms', String(timeout)]);
+  try {
+    await greedy(server);
+    await new Promise((r) => setTimeout(r, 3 * timeout));  // idle: rank 0's heartbeats keep the follower waiting
+    assert.equal(follower.exited(), null, follower.output());
+    server.proc.kill('SIGSTOP');
+    const t0 = Date.now();
+    await waitFor(() => follower.exited() !== null, 30000, 'the follower to exit');
+    assert.ok(Date.now() - t0 <= timeout + 2000, `named after ${Date.now() - t0} ms`);
+    assert.equal(follower.exited().code, 1);
+    assert.match(follower.output(), /E_TP_TIMEOUT: field 'step plan'.*rank 0 did not arrive/);
+  } finally {
+    server.proc.kill('SIGKILL');
+    follower.proc.kill('SIGKILL');
+  }
+});
+
+test('TP flag errors name the flag: -sm none with --tp 2, --node-rank, CUDA ranks, drafting, --nodes count, --tp 3 cut', async () => {
+  const run = (args) => new Promise((resolve) => {
+    const p = spawn(SERVE, ['-m', MODEL, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    p.stdout.on('data', (d) => { out += d; });
+    p.stderr.on('data', (d) => { out += d; });
+    p.on('exit', (code) => resolve({ code, out }));
+  });
+  let r = await run(['-sm', 'none', '--tp', '2']);
+  assert.equal(r.code, 2, r.out);
+  assert.match(r.out, /-sm\/--split-mode.*expected tensor with --tp 2.*found 'none'/);
+  r = await run(['--node-rank', '1']);
+  assert.equal(r.code, 2, r.out);
+  assert.match(r.out, /--node-rank/);
+  for (const [args, want] of [
+    [['--tp', '2', '-dev', 'cuda0'], /E_TP_BACKEND: field '--tp': expected -dev none .*found cuda0/],
+    [['--tp', '2', '--spec-type', 'draft-mtp'], /E_FLAG_REFUSED: field '--spec-type': expected none with --tp/],
+    [['--tp', '3', '--nodes', '127.0.0.1:1,127.0.0.1:2'], /E_TP_NODES: field '--tp': expected --tp equal to the 2 --nodes, found 3/],
+    [['--nodes', '127.0.0.1:1,127.0.0.1:2', '--node-rank', '2'], /E_TP_NODES: field '--node-rank'/],
+  ]) {
+    r = await run(args);
+    assert.equal(r.code, 1, r.out);
+    assert.match(r.out, want);
+  }
+  r = await run(['--tp', '3', '--port', String(await freePort())]);
+  assert.equal(r.code, 1, r.out);
+  assert.match(r.out, /E_TP_CUT/);
+});
