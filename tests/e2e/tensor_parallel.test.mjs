@@ -37,14 +37,18 @@ async function greedy(server) {
   return r.body.content;
 }
 
-test('--tp 2 and -sm tensor --tp 2 give --tp 1 greedy text; /props reports tp', async () => {
-  const one = await startServer();
-  let expected;
+// The greedy text of a one-rank server on `options` (started and stopped here): what TP must reproduce.
+async function greedyAlone(options = {}) {
+  const one = await startServer(options);
   try {
-    expected = await greedy(one);
+    return await greedy(one);
   } finally {
     await one.stop();
   }
+}
+
+test('--tp 2 and -sm tensor --tp 2 give --tp 1 greedy text; /props reports tp', async () => {
+  const expected = await greedyAlone();
   for (const args of [['--tp', '2'], ['-sm', 'tensor', '--tp', '2']]) {
     const s = await startServer({ args });
     try {
@@ -68,13 +72,7 @@ test('every fixture whose shapes divide: serve --tp N gives --tp 1 greedy text',
     ['glm5_next-bf16', [2, 4]], ['glm5_next-modelopt-mixed', [2]]];
   for (const [name, tps] of runs) {
     const model = path.join(FIXTURES, name);
-    const one = await startServer({ model });
-    let expected;
-    try {
-      expected = await greedy(one);
-    } finally {
-      await one.stop();
-    }
+    const expected = await greedyAlone({ model });
     for (const tp of tps) {
       const s = await startServer({ model, args: ['--tp', String(tp)] });
       try {
@@ -87,13 +85,7 @@ test('every fixture whose shapes divide: serve --tp N gives --tp 1 greedy text',
 });
 
 test('--nodes over 127.0.0.1: two processes give one process greedy text; the follower stops with rank 0', async () => {
-  const one = await startServer();
-  let expected;
-  try {
-    expected = await greedy(one);
-  } finally {
-    await one.stop();
-  }
+  const expected = await greedyAlone();
   const { server, follower } = await nodes();
   try {
     assert.match(server.output(), /rank 0 of 2/);

@@ -4,13 +4,7 @@
 set -eu
 bin=$1
 fixture=$2
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-  for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/rank_procs.sh"
 args="-m $fixture -p 16 -n 8 -r 2 -d 0,8 -c 1,2 -t 2"
 check() {  # $1: the bench's stdout
   grep -q 'tp 2' "$1" || { echo "no 'tp 2' in:"; cat "$1"; exit 1; }

@@ -7,13 +7,7 @@
 set -eu
 bin=$1
 fixture=$2
-tmp=$(mktemp -d)
-pids=""
-cleanup() {
-  for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+. "$(dirname "$0")/rank_procs.sh"
 port=$((20000 + $$ % 9000))
 ids="--prompt-ids 3,17,42,99,7"
 
