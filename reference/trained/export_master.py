@@ -10,6 +10,7 @@ The folders land in OUT_ROOT/tests/fixtures/trained/<family>-<layout>; the engin
 equal the PPL that train.py logged for the master (the check that the export is the one the device made)."""
 
 import argparse
+import json
 import os
 import sys
 
@@ -25,17 +26,15 @@ from fixtures import layouts as LY  # noqa: E402
 from . import train as T  # noqa: E402  (load_master, folder_bytes: numpy only)
 
 
-def config_from_template(template_dir):
-    """gen.config_dict without transformers: the committed random fixture's config.json of the same family and
+def config_from_template(folder):
+    """gen.config_dict without transformers: config.json of a committed random fixture of the same family and
     layout (transformers' own serialisation of the same config class), with every key the fixtures' config
     defines set to its trained value (tconfig.apply changes the vocabulary and the sparse budgets)."""
-    import json
-
     from fixtures import configs as C
 
     def config_dict(family, qc=None):
-        meta = "metadata/config.json" if qc is not None and os.path.isdir(os.path.join(template_dir(family, qc), "metadata")) else "config.json"
-        with open(os.path.join(template_dir(family, qc), meta)) as f:
+        meta = os.path.join(folder, "metadata", "config.json")
+        with open(meta if os.path.exists(meta) else os.path.join(folder, "config.json")) as f:
             d = json.load(f)
         text = d.get("text_config", d)
         spec = {"qwen4_exp": C.QWEN4_TEXT, "qwen3_next": C.QWEN3_NEXT, "glm5_next": C.GLM_TEXT}[family]
@@ -61,33 +60,25 @@ def main():
                     help="without transformers: take config.json from DIR/<family>-<layout> (the random fixtures, "
                          "tests/fixtures/models) with the trained values of the fixtures' config keys")
     a = ap.parse_args()
-    if a.config_templates:
-        by_qc = {}  # write_folder calls config_dict(family, qc): qc None is the bf16 layout
-        G.config_dict = config_from_template(
-            lambda fam, qc: os.path.join(a.config_templates, f"{fam}-{by_qc.get('layout', 'bf16')}"))
-        G._export_layout = by_qc
-    meta_family = None
     with np.load(a.master) as z:
-        import json
-
-        meta_family = json.loads(bytes(z["__meta__"]).decode())["family"]
-    ck, hist, done, secs = T.load_master(a.master, meta_family)
+        family = json.loads(bytes(z["__meta__"]).decode())["family"]
+    ck, hist, done, secs = T.load_master(a.master, family)
     with open(a.tokenizer_json) as f:
         tk_json = f.read()
-    print(f"[{meta_family}] master: {done} steps in {secs:.1f}s, last loss {hist[-1][1]:.4f}")
-    for lay in TC.LAYOUTS[meta_family]:
-        if a.config_templates:
-            G._export_layout["layout"] = lay
-        stored, qlayers = LY.encode(meta_family, lay, ck)
-        folder = G.write_folder(meta_family, lay, stored, qlayers, tk_json, a.out_root)
-        deq = LY.decode(meta_family, G.read_back(folder, lay))
+    print(f"[{family}] master: {done} steps in {secs:.1f}s, last loss {hist[-1][1]:.4f}")
+    for lay in TC.LAYOUTS[family]:
+        if a.config_templates:  # write_folder asks gen.config_dict for the layout it writes
+            G.config_dict = config_from_template(os.path.join(a.config_templates, f"{family}-{lay}"))
+        stored, qlayers = LY.encode(family, lay, ck)
+        folder = G.write_folder(family, lay, stored, qlayers, tk_json, a.out_root)
+        deq = LY.decode(family, G.read_back(folder, lay))
         if set(deq) != set(ck):
-            sys.exit(f"FAIL [{meta_family}-{lay}] the folder's tensor set is not the master's")
+            sys.exit(f"FAIL [{family}-{lay}] the folder's tensor set is not the master's")
         if lay == "bf16":
             err = max(float(np.abs(deq[k] - ck[k]).max()) for k in ck if ck[k].dtype != np.int64)
             if err != 0.0:
-                sys.exit(f"FAIL [{meta_family}-{lay}] BF16 folder differs from the master by {err}")
-        print(f"PASS [{meta_family}-{lay}] {folder} ({T.folder_bytes(folder) / 1e6:.2f} MB)")
+                sys.exit(f"FAIL [{family}-{lay}] BF16 folder differs from the master by {err}")
+        print(f"PASS [{family}-{lay}] {folder} ({T.folder_bytes(folder) / 1e6:.2f} MB)")
 
 
 if __name__ == "__main__":
