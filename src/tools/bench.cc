@@ -43,6 +43,16 @@ double since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
+// The --ab knobs and the row suffix of each one's candidate (run_bench switches them on a CUDA backend).
+const std::map<std::string, std::string> kAbCandidates{
+    {"gemv", "gemv2"}, {"eager-zero", "lazy-zero"}, {"epilogue", "fused"}, {"gemm-lib", "cublaslt"}};
+
+std::vector<std::string> ab_knob_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, row] : kAbCandidates) names.push_back(name);
+  return names;
+}
+
 // BLOOMERY_CUDA_OP_TIMES=1: per-op device times of the tg repeats (eager steps), printed after the rows.
 bool op_times_requested() {
   const char* v = std::getenv("BLOOMERY_CUDA_OP_TIMES");
@@ -188,7 +198,7 @@ int run_bench(int argc, char** argv) {
          "'gemm-lib' BF16 prompt products on the project's tensor-core kernel (the default) "
          "against cuBLASLt (BLOOMERY_CUDA_GEMM_LIB=1), rows 'ppN'/'tgN' and 'ppN+cublaslt'/'tgN+cublaslt'. "
          "pp rows alternate too")
-      ->check(CLI::IsMember({"gemv", "eager-zero", "epilogue", "gemm-lib"}));
+      ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
       "run the tg repeats inside a cudaProfilerStart/Stop range (for nsys --capture-range=cudaProfilerApi)");
@@ -363,9 +373,7 @@ int run_bench(int argc, char** argv) {
     }
 #endif
     if (!hooks.set_ab) raise("E_BENCH_ARGS", Where{"", "", "--ab"}, "a CUDA backend", backend_name);
-    static const std::map<std::string, std::string> kCandidate{
-        {"gemv", "gemv2"}, {"eager-zero", "lazy-zero"}, {"epilogue", "fused"}, {"gemm-lib", "cublaslt"}};
-    bp.ab = kCandidate.at(ab_knob);
+    bp.ab = kAbCandidates.at(ab_knob);
     hooks.set_ab(false);
   }
   auto to_json = [&](const BenchRow& r) {

@@ -337,24 +337,26 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         const bool ab = !p.ab.empty() && hooks.set_ab;  // prompts are never graph steps: --ab only
         BenchRow g = r;
         g.test += "+" + p.ab;
-        if (ab &&
-            !r.skipped) {  // one untimed prompt per variant first: one-time costs (a library's handle and
-          BenchRow scratch = r;  // lazily loaded kernels, heuristics per shape) stay out of the timed rounds
+        auto ab_round = [&](BenchRow& main_row, BenchRow& candidate_row) {
           hooks.set_ab(false);
-          run.pp(scratch);
+          run.pp(main_row);
           hooks.set_ab(true);
-          run.pp(scratch);
+          run.pp(candidate_row);
           hooks.set_ab(false);
+        };
+        // One untimed round first: one-time costs (a library's handle and lazily loaded kernels, heuristics
+        // per shape) stay out of the timed rounds.
+        if (ab && !r.skipped) {
+          BenchRow scratch = r;
+          ab_round(scratch, scratch);
         }
         const bool profiled = p.profile_pp && hooks.profile_range && !r.skipped;
         if (profiled) hooks.profile_range(true);
         for (int i = 0; i < p.repeats && !r.skipped; ++i) {
-          if (ab) hooks.set_ab(false);
-          run.pp(r);
-          if (!ab) continue;
-          hooks.set_ab(true);
-          run.pp(g);
-          hooks.set_ab(false);
+          if (ab)
+            ab_round(r, g);
+          else
+            run.pp(r);
         }
         if (profiled) hooks.profile_range(false);
         finish(r, t0);
