@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
@@ -123,16 +122,6 @@ void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
 
 // ---- memory
 // ------------------------------------------------------------------------------------------------
-
-bool CudaBackend::eager_zero_from_env() {
-  const char* v = std::getenv("BLOOMERY_CUDA_EAGER_ZERO");
-  return v && std::string_view(v) == "1";
-}
-
-bool CudaBackend::fuse_epilogues_from_env() {
-  const char* v = std::getenv("BLOOMERY_CUDA_FUSE_EPILOGUE");
-  return !(v && std::string_view(v) == "0");
-}
 
 Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
   int64_t n = 1;

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_pool.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/profile/op_times.h"
 #include "backend/cuda/step_graph.h"
@@ -166,6 +167,8 @@ class CudaBackend final : public Backend {
   // y = x · W[row0 : row0 + n]ᵀ on raw pointers (GEMV for few rows, tiled GEMM for many).
   void linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n,
               const cuda::Epilogue& e = {});
+  void linear_checked(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n,
+                      const cuda::Epilogue& e);
 
   // qwen4_exp's QSA tie count inside captured steps: accumulated on the card, read after the step.
   void report_graph_ties();
@@ -182,10 +185,8 @@ class CudaBackend final : public Backend {
   DevicePool pool_;  // activation tensors (alloc); weights own their own allocations
   Scratch scratch_[4];
   OpTimes op_times_;
-  bool zero_fill_eager_ = eager_zero_from_env();
-  static bool eager_zero_from_env();
-  bool fuse_epilogues_ = fuse_epilogues_from_env();
-  static bool fuse_epilogues_from_env();
+  bool zero_fill_eager_ = env_is("BLOOMERY_CUDA_EAGER_ZERO", "1");
+  bool fuse_epilogues_ = !env_is("BLOOMERY_CUDA_FUSE_EPILOGUE", "0");
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

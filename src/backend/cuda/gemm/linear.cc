@@ -44,26 +44,27 @@ void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight
   }
 }
 
-void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
+// out = e(x · W[row0 : row0 + n]ᵀ) after the checks every product takes (matmul, matmul_rows, the epilogue).
+void CudaBackend::linear_checked(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n,
+                                 const cuda::Epilogue& e) {
   const DeviceWeight& dw = device_weight(w, "matmul");
-  const int64_t K = w.cols(), T = x.rows();
-  need(static_cast<int64_t>(dw.cols) == K && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
+  need(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
        "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
   check_matmul_args(out, x, w, row0, n);
-  linear(out.out_f32({&x}), x.f32(), T, dw, row0, n);
+  linear(out.out_f32({&x}), x.f32(), x.rows(), dw, row0, n, e);
+}
+
+void CudaBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
+  linear_checked(out, x, w, row0, n, {});
 }
 
 void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {
-  matmul_rows(out, x, w, 0, w.rows());
+  linear_checked(out, x, w, 0, w.rows(), {});
 }
 
 void CudaBackend::matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Backend::Epilogue& e) {
   if (!fuse_epilogues_) return Backend::matmul_epilogue(out, x, w, e);  // the separate ops (bench A/B)
-  const DeviceWeight& dw = device_weight(w, "matmul");
-  need(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
-       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
-  check_matmul_args(out, x, w, 0, w.rows());
-  linear(out.out_f32({&x}), x.f32(), x.rows(), dw, 0, w.rows(), {e.pre, act_code(e.act), e.post});
+  linear_checked(out, x, w, 0, w.rows(), {e.pre, act_code(e.act), e.post});
 }
 
 }  // namespace bloomery::cuda

@@ -9,14 +9,13 @@
 #endif
 
 #include <atomic>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <string>
 #include <tuple>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/kernels.h"
 #include "core/error.h"
@@ -27,13 +26,8 @@ namespace {
 // Off by default until an A/B wins every round: the 2026-12-02 pp4096 A/B (bench/results/prefill-2026-12-02)
 // favoured cuBLASLt by 146 tok/s in rounds 2 and 3 but lost round 1, which carried its one-time set-up (the
 // bench now warms both variants before timing). BLOOMERY_CUDA_GEMM_LIB=1 turns it on.
-bool enabled_from_env() {
-  const char* v = std::getenv("BLOOMERY_CUDA_GEMM_LIB");
-  return v && std::strcmp(v, "1") == 0;
-}
-
 std::atomic<bool>& enabled_slot() {
-  static std::atomic<bool> on{enabled_from_env()};
+  static std::atomic<bool> on{env_is("BLOOMERY_CUDA_GEMM_LIB", "1")};
   return on;
 }
 
