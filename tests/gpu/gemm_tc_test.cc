@@ -35,69 +35,6 @@ bool weight_rounded(FormatId f) {
   return f == FormatId::FP8_BLOCK || f == FormatId::F16 || f == FormatId::F32;
 }
 
-// Formats beyond make_stored's four: MXFP4, FP8 channel / tensor, F16, F32, NVFP4 W4A16.
-std::unique_ptr<StoredWeight> make_any(FormatId f, uint64_t n, uint64_t k, std::mt19937& rng) {
-  if (f == FormatId::NVFP4 || f == FormatId::MXFP8 || f == FormatId::FP8_BLOCK || f == FormatId::BF16)
-    return make_stored(f, n, k, rng);
-  if (f == FormatId::W4A16_NVFP4) {
-    auto s = make_stored(FormatId::NVFP4, n, k, rng);
-    s->wb.format = f;
-    return s;
-  }
-  auto s = std::make_unique<StoredWeight>();
-  WeightBytes& w = s->wb;
-  w.format = f;
-  w.rows = n;
-  w.cols = k;
-  std::normal_distribution<float> nd(0.0f, 0.5f);
-  switch (f) {
-    case FormatId::MXFP4:
-      s->main = random_bytes(n * k / 2, rng);
-      s->scales = random_bytes(n * k / 32, rng, 120, 130);
-      w.main_dtype = DType::U8;
-      w.scale_dtype = DType::U8;
-      break;
-    case FormatId::FP8_CHANNEL: {
-      s->main = random_e4m3(n * k, rng);
-      s->grid.resize(n);
-      std::uniform_real_distribution<float> d(1e-3f, 1e-1f);
-      for (auto& x : s->grid) x = d(rng);
-      w.main_dtype = DType::F8_E4M3;
-      w.scale_dtype = DType::F32;
-      break;
-    }
-    case FormatId::FP8_TENSOR:
-      s->main = random_e4m3(n * k, rng);
-      s->global = 0.037f;
-      w.main_dtype = DType::F8_E4M3;
-      w.global_dtype = DType::F32;
-      w.global_scale = {reinterpret_cast<const uint8_t*>(&s->global), 4};
-      break;
-    case FormatId::F16: {
-      s->main.resize(n * k * 2);
-      auto* h = reinterpret_cast<uint16_t*>(s->main.data());
-      for (uint64_t i = 0; i < n * k; ++i) {  // f16 bits of N(0, 0.5) values via exponent/mantissa fields
-        const float v = nd(rng);
-        uint32_t b;
-        std::memcpy(&b, &v, 4);
-        const int e = static_cast<int>((b >> 23) & 0xFF) - 127;
-        h[i] = e < -14 ? static_cast<uint16_t>((b >> 16) & 0x8000)
-                       : static_cast<uint16_t>(((b >> 16) & 0x8000) | ((e + 15) << 10) | ((b >> 13) & 0x3FF));
-      }
-      w.main_dtype = DType::F16;
-      break;
-    }
-    default: {  // F32
-      s->main.resize(n * k * 4);
-      auto* p = reinterpret_cast<float*>(s->main.data());
-      for (uint64_t i = 0; i < n * k; ++i) p[i] = nd(rng);
-      w.main_dtype = DType::F32;
-    }
-  }
-  finish_stored(*s);
-  return s;
-}
-
 std::vector<float> squares(const std::vector<float>& v) {
   std::vector<float> o(v.size());
   for (size_t i = 0; i < v.size(); ++i) o[i] = v[i] * v[i];

@@ -5,11 +5,17 @@
 // missing experts, mixed formats, bad ids, a replaced weight set behind the same span; bit-identical
 // repeats. Plus a measurement of the decode MoE per layer (not pass/fail).
 //
-// Tolerances. Decode: both sides decode every weight bit-identically and sum in f32; only the order of the
-// sums differs (and FMA contraction), ~1e-6 of the output's scale; we allow 3e-5 of max|out|. One wrong
-// weight element moves the output by ~1/√(K·I) ≈ 8e-4 of its scale, a wrong scale block or expert by far
-// more, so 3e-5 still catches them. Prompt: the grouped GEMM may round activations to BF16 (tensor cores,
-// gemm_tc_test): ~1e-3 of the scale typical, so max 1e-2 and RMS 3e-3 of max|out|.
+// Tolerances. Decode variant 1: both sides decode every weight bit-identically and sum in f32; only the
+// order of the sums differs (and FMA contraction), ~1e-6 of the output's scale; we allow 3e-5 of max|out|.
+// Variant 2 multiplies the unit's scale into its 16-element partial sum and NVFP4's global into the row's
+// sum instead of into every element: the CPU's per-element products e·s·g round once or twice each (the E2M1
+// × E4M3 product is exact, × g rounds; E4M3 × an FP8 block scale rounds), variant 2's partial sums round
+// once per FMA and twice per unit — relative error of the same order (a few 2^-24 per term, √K growth), so
+// the same ~1e-6 and the same 3e-5 bound, as the GEMV's variant 2 keeps backend_linear_test's bound. One
+// wrong weight element moves the output by ~1/√(K·I) ≈ 8e-4 of its scale, a wrong scale block or expert
+// by far more, so 3e-5 still catches them. Every decode check runs both variants. Prompt: the grouped GEMM
+// may round activations to BF16 (tensor cores, gemm_tc_test): ~1e-3 of the scale typical, so max 1e-2 and RMS
+// 3e-3 of max|out|.
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -58,7 +64,11 @@ const char* path_name(MoePath p) {
 
 class CudaMoe : public BackendPair {
  protected:
-  void TearDown() override { cuda::force_moe_path(MoePath::Auto); }
+  void TearDown() override {
+    cuda::force_moe_path(MoePath::Auto);
+    cuda::set_moe_decode_variant(variant0_);
+  }
+  const int variant0_ = cuda::moe_decode_variant();  // BLOOMERY_CUDA_MOE_DECODE's choice
 
   // formats: gate/up/down per triple index (mixed-format banks); nullopt experts stay missing.
   void make_bank(Bank& b, const std::vector<FormatId>& fmt_of_triple, int64_t E, int64_t D, int64_t I) {
@@ -69,7 +79,7 @@ class CudaMoe : public BackendPair {
     for (int64_t d = 0; d < Nd; ++d)
       for (int p = 0; p < 3; ++p) {
         const int64_t n = p < 2 ? I : D, kk = p < 2 ? D : I;
-        b.keep.push_back(make_stored(fmt_of_triple[d], n, kk, rng_));
+        b.keep.push_back(make_any(fmt_of_triple[d], n, kk, rng_));
         const std::string name = "experts." + std::to_string(d) +
                                  (p == 0   ? ".gate"
                                   : p == 1 ? ".up"
@@ -137,23 +147,30 @@ class CudaMoe : public BackendPair {
     return gpu_->download(out);
   }
 
-  // Checks one path against the CPU output with that path's tolerance; expects `want` to have run.
+  // Checks one path against the CPU output with that path's tolerance; expects `want` to have run. A decode
+  // check runs both decode kernel variants.
   void check(const Bank& b, const Inputs& in, const std::vector<float>& cpu, MoePath force, MoePath want,
              const std::string& what) {
-    MoePath ran = MoePath::Auto;
-    const auto g = run_gpu(b, in, force, &ran);
-    const std::string tag = what + " T=" + std::to_string(in.T) + " limit=" + std::to_string(in.limit) +
-                            " forced " + path_name(force);
-    EXPECT_EQ(static_cast<int>(want), static_cast<int>(ran)) << tag << " ran " << path_name(ran);
-    const double mr = max_rel(g, cpu), rr = rms_rel(g, cpu);
-    // The loop runs the dense GEMM for an expert with more than 32 rows: the prompt tolerance.
-    if (ran != MoePath::Decode) {
-      EXPECT_LE(mr, 1e-2) << tag;
-      EXPECT_LE(rr, 3e-3) << tag;
-    } else {
-      EXPECT_LE(mr, 3e-5) << tag;
+    for (int v : {1, 2}) {
+      if (want != MoePath::Decode && v == 1) continue;
+      cuda::set_moe_decode_variant(v);
+      MoePath ran = MoePath::Auto;
+      const auto g = run_gpu(b, in, force, &ran);
+      const std::string tag = what + " T=" + std::to_string(in.T) + " limit=" + std::to_string(in.limit) +
+                              " forced " + path_name(force) +
+                              (want == MoePath::Decode ? " v" + std::to_string(v) : "");
+      EXPECT_EQ(static_cast<int>(want), static_cast<int>(ran)) << tag << " ran " << path_name(ran);
+      const double mr = max_rel(g, cpu), rr = rms_rel(g, cpu);
+      // The loop runs the dense GEMM for an expert with more than 32 rows: the prompt tolerance.
+      if (ran != MoePath::Decode) {
+        EXPECT_LE(mr, 1e-2) << tag;
+        EXPECT_LE(rr, 3e-3) << tag;
+      } else {
+        EXPECT_LE(mr, 3e-5) << tag;
+      }
+      std::printf("[moe] %-44s ran %-7s max %.2e rms %.2e\n", tag.c_str(), path_name(ran), mr, rr);
     }
-    std::printf("[moe] %-40s ran %-7s max %.2e rms %.2e\n", tag.c_str(), path_name(ran), mr, rr);
+    cuda::set_moe_decode_variant(variant0_);
   }
 
   // A clamp that binds for a good share of the gate/up values: half the RMS of one expert's gate outputs.
@@ -205,6 +222,34 @@ TEST_F(CudaMoe, FixtureShapes) {
   }
 }
 
+// Both decode variants in every unit width and format the kernels read, at shapes where the lanes' share
+// of a row's units is uneven and the last block has idle groups: D 3584 × I 224 (gate/up rows of 224 FP4
+// units: one group of 32 lanes, a second partial pass of loads ahead), D 608 × I 96 (38 and 6 units over
+// groups of 8 lanes), and for the 8- and 4-element units D = I = 40 / 20 (groups of 8 lanes over 16-row
+// blocks: the last block is half empty).
+TEST_F(CudaMoe, DecodeVariantsEveryFormatUnevenSplits) {
+  const FormatId all[] = {FormatId::NVFP4,     FormatId::W4A16_NVFP4, FormatId::MXFP4,      FormatId::MXFP8,
+                          FormatId::FP8_BLOCK, FormatId::FP8_CHANNEL, FormatId::FP8_TENSOR, FormatId::BF16,
+                          FormatId::F16,       FormatId::F32};
+  for (FormatId f : all) {
+    std::vector<std::pair<int64_t, int64_t>> shapes = {{3584, 224}, {608, 96}};
+    if (f == FormatId::BF16 || f == FormatId::F16) shapes.push_back({40, 40});
+    if (f == FormatId::F32) shapes.push_back({20, 20});
+    for (auto [D, I] : shapes) {
+      Bank b;
+      make_bank(b, std::vector<FormatId>(4, f), 16, D, I);
+      const std::string what =
+          std::string(format_name(f)) + " D" + std::to_string(D) + " I" + std::to_string(I);
+      const float lim = binding_limit(b);
+      for (auto [T, limit] : {std::pair<int64_t, float>{1, 0.0f}, {3, lim}}) {
+        const Inputs in = inputs(b, T, 4, limit);
+        const auto cpu = run_cpu(b, in);
+        check(b, in, cpu, MoePath::Decode, MoePath::Decode, what);
+      }
+    }
+  }
+}
+
 TEST_F(CudaMoe, SkewedRoutingAndLoop) {
   Bank b;
   make_bank(b, std::vector<FormatId>(32, FormatId::NVFP4), 512, 2560, 640);
@@ -228,11 +273,15 @@ TEST_F(CudaMoe, SkewedRoutingAndLoop) {
 TEST_F(CudaMoe, RepeatsAreBitIdentical) {
   Bank b;
   make_bank(b, std::vector<FormatId>(16, FormatId::NVFP4), 512, 2560, 640);
-  for (auto [T, path] : {std::pair<int64_t, MoePath>{4, MoePath::Decode}, {300, MoePath::Grouped}}) {
-    const Inputs in = inputs(b, T, 10, 0.0f);
-    const auto a = run_gpu(b, in, path), c = run_gpu(b, in, path);
-    EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4)) << path_name(path) << " T=" << T;
-  }
+  for (auto [T, path] :
+       {std::pair<int64_t, MoePath>{1, MoePath::Decode}, {4, MoePath::Decode}, {300, MoePath::Grouped}})
+    for (int v : {1, 2}) {
+      cuda::set_moe_decode_variant(v);
+      const Inputs in = inputs(b, T, 10, 0.0f);
+      const auto a = run_gpu(b, in, path), c = run_gpu(b, in, path);
+      EXPECT_EQ(0, std::memcmp(a.data(), c.data(), a.size() * 4))
+          << path_name(path) << " T=" << T << " v" << v;
+    }
 }
 
 TEST_F(CudaMoe, MissingMixedAndBadIds) {
@@ -261,7 +310,8 @@ TEST_F(CudaMoe, MissingMixedAndBadIds) {
   // A bad id (no host sync to raise on): its token's row is NaN, the others are right.
   Bank g;
   make_bank(g, std::vector<FormatId>(8, FormatId::BF16), 8, 64, 32);
-  for (MoePath p : {MoePath::Decode, MoePath::Grouped}) {
+  for (auto [p, v] : {std::pair{MoePath::Decode, 1}, {MoePath::Decode, 2}, {MoePath::Grouped, 2}}) {
+    cuda::set_moe_decode_variant(v);
     in = inputs(g, 3, 2, 0.0f);
     cpu = run_cpu(g, in);
     Inputs bad = in;
@@ -271,11 +321,11 @@ TEST_F(CudaMoe, MissingMixedAndBadIds) {
     for (float v : cpu) m = std::max(m, std::fabs(static_cast<double>(v)));
     for (int64_t t = 0; t < 3; ++t)
       for (int64_t c = 0; c < 64; ++c) {
-        const float v = out[t * 64 + c];
+        const float val = out[t * 64 + c];
         if (t == 1)
-          EXPECT_TRUE(std::isnan(v)) << path_name(p) << " c " << c;
+          EXPECT_TRUE(std::isnan(val)) << path_name(p) << " v" << v << " c " << c;
         else
-          EXPECT_NEAR(v, cpu[t * 64 + c], 1e-2 * m) << path_name(p);
+          EXPECT_NEAR(val, cpu[t * 64 + c], 1e-2 * m) << path_name(p) << " v" << v;
       }
   }
 }
@@ -308,13 +358,18 @@ TEST_F(CudaMoe, ReplacedWeightsBehindTheSameSpan) {
   check(b, in, cpu, MoePath::Decode, MoePath::Decode, "replaced weights");
 }
 
-// The decode kernels' table-free FP4 / FP8 unit decoders equal weight_access.cuh's decode_unit bit for bit
-// (NaN codes included) and the CPU decoders (NaN for NaN).
+// weight_access.cuh's unit decoder (decode_unit = load_unit + unscaled_unit + the per-element scales: the one
+// set GEMV, routed experts and their variants share; table-free FP4 / FP8) equals the element reader
+// weight_element bit for bit (NaN codes included) and the CPU decoders (NaN for NaN), in every format.
 TEST_F(CudaMoe, FastUnitDecodeIsBitExact) {
-  for (FormatId f : {FormatId::NVFP4, FormatId::MXFP8, FormatId::FP8_BLOCK, FormatId::BF16}) {
+  for (FormatId f :
+       {FormatId::NVFP4, FormatId::W4A16_NVFP4, FormatId::MXFP4, FormatId::MXFP8, FormatId::FP8_BLOCK,
+        FormatId::FP8_CHANNEL, FormatId::FP8_TENSOR, FormatId::BF16, FormatId::F16, FormatId::F32}) {
     const int64_t n = 64, K = 512;
-    auto s = make_stored(f, n, K, rng_);
-    if (f == FormatId::MXFP8 || f == FormatId::FP8_BLOCK) {  // every E4M3 byte, the NaN codes too
+    auto s = make_any(f, n, K, rng_);
+    const bool fp8 = f == FormatId::MXFP8 || f == FormatId::FP8_BLOCK || f == FormatId::FP8_CHANNEL ||
+                     f == FormatId::FP8_TENSOR;
+    if (fp8) {  // every E4M3 byte, the NaN codes too
       for (size_t i = 0; i < s->main.size(); ++i) s->main[i] = static_cast<uint8_t>(i * 7 + i / 256);
       decode_rows(s->wb, 0, n, s->decoded.data());
     }
@@ -333,7 +388,7 @@ TEST_F(CudaMoe, FastUnitDecodeIsBitExact) {
       if (!both_nan)
         ASSERT_EQ(0, std::memcmp(&a[i], &s->decoded[i], 4)) << format_name(f) << " element " << i;
     }
-    if (f == FormatId::MXFP8 || f == FormatId::FP8_BLOCK) EXPECT_GT(nans, 0) << "NaN codes covered";
+    if (fp8) EXPECT_GT(nans, 0) << "NaN codes covered";
   }
 }
 
@@ -388,29 +443,42 @@ TEST_F(CudaMoe, DecodeBandwidth) {
         cudaEventDestroy(a), cudaEventDestroy(c);
         return 1e3 * ms / kIters;
       };
-      for (MoePath p : {MoePath::Decode, MoePath::Grouped, MoePath::Loop}) {
-        if (p == MoePath::Loop && T > 4) continue;  // the old path: measured where decode replaces it
-        cuda::force_moe_path(p);
-        const double us = time_us([&](Tensor& id) { gpu_->moe_experts(out, x, id, w, eg, 0.0f); });
-        EXPECT_EQ(static_cast<int>(p), static_cast<int>(cuda::moe_last_path()));
-        std::printf("[moe-bench] %-9s T=%-3lld %-7s %8.1f us/layer  %6.1f MB distinct experts  %7.0f GB/s\n",
-                    std::string(format_name(f)).c_str(), static_cast<long long>(T), path_name(p), us,
-                    bytes / 1e6, bytes / (us * 1e-6) / 1e9);
-      }
+      for (MoePath p : {MoePath::Decode, MoePath::Grouped, MoePath::Loop})
+        for (int v : {1, 2}) {
+          if (p == MoePath::Loop && T > 4) continue;  // the old path: measured where decode replaces it
+          if (p != MoePath::Decode && v == 1) continue;
+          cuda::set_moe_decode_variant(v);
+          cuda::force_moe_path(p);
+          const double us = time_us([&](Tensor& id) { gpu_->moe_experts(out, x, id, w, eg, 0.0f); });
+          EXPECT_EQ(static_cast<int>(p), static_cast<int>(cuda::moe_last_path()));
+          const std::string name = p == MoePath::Decode ? "decode" + std::to_string(v) : path_name(p);
+          std::printf(
+              "[moe-bench] %-9s T=%-3lld %-7s %8.1f us/layer  %6.1f MB distinct experts  %7.0f GB/s\n",
+              std::string(format_name(f)).c_str(), static_cast<long long>(T), name.c_str(), us, bytes / 1e6,
+              bytes / (us * 1e-6) / 1e9);
+        }
       cuda::force_moe_path(MoePath::Auto);
-      // The decode kernels alone: gate+up (2/3 of the bytes) and down (1/3).
-      const double gu = time_us([&](Tensor& id) {
-        cuda::moe_gate_up(set.tab, set.gate_fmt, id.i32(), T * k, k, x.f32(), D, I, 0.0f, scratch,
-                          gpu_->stream());
-      });
-      const double dn = time_us([&](Tensor& id) {
-        cuda::moe_down(set.tab, set.down_fmt, id.i32(), T * k, scratch, I, D, scratch + T * k * I,
-                       gpu_->stream());
-      });
+      // The decode kernels alone, variant 1 and 2 side by side: gate+up (2/3 of the bytes) and down (1/3).
+      double gu[2], dn[2];
+      for (int v : {1, 2}) {
+        cuda::set_moe_decode_variant(v);
+        gu[v - 1] = time_us([&](Tensor& id) {
+          cuda::moe_gate_up(set.tab, set.gate_fmt, id.i32(), T * k, k, x.f32(), D, I, 0.0f, scratch,
+                            gpu_->stream());
+        });
+        dn[v - 1] = time_us([&](Tensor& id) {
+          cuda::moe_down(set.tab, set.down_fmt, id.i32(), T * k, scratch, I, D, scratch + T * k * I,
+                         gpu_->stream());
+        });
+      }
+      cuda::set_moe_decode_variant(variant0_);
+      const auto gbs = [](double b, double us) { return b / (us * 1e-6) / 1e9; };
       std::printf(
-          "[moe-bench] %-9s T=%-3lld kernels: gate_up %.1f us (%.0f GB/s), down %.1f us (%.0f GB/s)\n",
-          std::string(format_name(f)).c_str(), static_cast<long long>(T), gu,
-          bytes * 2 / 3 / (gu * 1e-6) / 1e9, dn, bytes / 3 / (dn * 1e-6) / 1e9);
+          "[moe-bench] %-9s T=%-3lld kernels v1 | v2: gate_up %.1f | %.1f us (%.0f | %.0f GB/s), down %.1f | "
+          "%.1f us (%.0f | %.0f GB/s)\n",
+          std::string(format_name(f)).c_str(), static_cast<long long>(T), gu[0], gu[1],
+          gbs(bytes * 2 / 3, gu[0]), gbs(bytes * 2 / 3, gu[1]), dn[0], dn[1], gbs(bytes / 3, dn[0]),
+          gbs(bytes / 3, dn[1]));
       cudaFree(scratch);
     }
   }

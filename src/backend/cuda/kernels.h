@@ -79,6 +79,11 @@ void attention(float* out, const float* q, const float* k, const float* v, const
 int attention_part_floats(int64_t T, int64_t Hq, int64_t dv);
 
 // ---- mixture of experts ----------------------------------------------------------------------------------
+// The routed-expert decode kernels in use (moe/moe_decode.cu: 1 = rows per lane group with every element
+// fully scaled, 2 = raw units loaded ahead with the scales on partial sums, the default;
+// BLOOMERY_CUDA_MOE_DECODE=1|2 picks it at start, set_moe_decode_variant between steps for A/B runs).
+int moe_decode_variant();
+void set_moe_decode_variant(int v);
 void route_softmax_topk(int32_t* ids, float* weights, const float* logits, int64_t T, int64_t E, int k,
                         bool renormalize, cudaStream_t s);
 // xs[i, :] = x[rows[i], :] (rows on the card)

@@ -6,6 +6,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cuda/dequant.h"
 #include "backend/cuda/elements.cuh"
@@ -20,7 +21,11 @@ __device__ __forceinline__ float fp8_scale(const DeviceWeight& w, uint64_t n, ui
     case FormatId::FP8_CHANNEL:
       return w.scale_f32[n];
     case FormatId::FP8_BLOCK:
-      return w.scale_f32[(n / w.block_n) * ((w.cols + w.block_k - 1) / w.block_k) + k / w.block_k];
+      // 32-bit divisions (row, column and tile sizes fit): a 64-bit divide is a long subroutine per unit.
+      return w.scale_f32[static_cast<uint64_t>(static_cast<uint32_t>(n) / static_cast<uint32_t>(w.block_n)) *
+                             ((static_cast<uint32_t>(w.cols) + w.block_k - 1) /
+                              static_cast<uint32_t>(w.block_k)) +
+                         static_cast<uint32_t>(k) / static_cast<uint32_t>(w.block_k)];
     default:  // FP8_TENSOR
       return w.global;
   }
@@ -112,19 +117,50 @@ inline int unit_elems(Width w) {
   return w == Width::F32 ? 4 : (w == Width::Half ? 8 : 16);
 }
 
-// Decodes the unit starting at element k0 of row n (k0 a multiple of kElems, rows aligned to the unit's
-// bytes) into v[kElems]. One reader for the GEMV, the routed-expert decode and their tests.
+// A unit as loaded, before decoding (16 bytes; 8 for FP4), and its scale: the FP8 family's scale, the FP4
+// block scale (E4M3 for NVFP4, E8M0 for MXFP4; NVFP4's f32 global is not in it), 1 for F32 / half widths.
+// load_unit + unscaled_unit are the one unit decoder of every format: decode_unit (GEMV variant 1, routed
+// experts variant 1, the decode test) applies the scales per element, GEMV and routed-expert variant 2 apply
+// them to partial sums.
 template <Width W>
-__device__ __forceinline__ void decode_unit(const DeviceWeight& w, uint64_t n, uint64_t k0, float* v) {
+struct RawUnit {
+  using Bits = std::conditional_t<W == Width::Fp4, uint2, uint4>;
+  Bits q;
+  float s;
+};
+
+// The unit starting at element k0 of row n (k0 a multiple of kElems, rows aligned to the unit's bytes).
+template <Width W>
+__device__ __forceinline__ RawUnit<W> load_unit(const DeviceWeight& w, uint64_t n, uint64_t k0) {
+  RawUnit<W> r;
   if constexpr (W == Width::F32) {
-    const float4 q =
-        __ldg(reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + n * w.cols + k0));
-    v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + n * w.cols + k0));
+    r.s = 1.0f;
   } else if constexpr (W == Width::Half) {
-    const uint4 q =
-        __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0));
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-    const bool f16 = w.format == FormatId::F16;
+    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0));
+    r.s = 1.0f;
+  } else if constexpr (W == Width::Fp8) {
+    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0));
+    // A 16-element unit never straddles an MX block (32) or an FP8 tile (bk is a multiple of 16 when the
+    // unit path is taken), so one scale serves the unit.
+    r.s = fp8_scale(w, n, k0);
+  } else {
+    r.q = __ldg(
+        reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2));
+    r.s = w.format == FormatId::MXFP4 ? e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k0 / 32])
+                                      : e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
+  }
+  return r;
+}
+
+// The unit's elements before its scale: exact values of the stored element codes.
+template <Width W>
+__device__ __forceinline__ void unscaled_unit(const RawUnit<W>& r, bool f16, float* v) {
+  if constexpr (W == Width::F32) {
+    v[0] = __uint_as_float(r.q.x), v[1] = __uint_as_float(r.q.y);
+    v[2] = __uint_as_float(r.q.z), v[3] = __uint_as_float(r.q.w);
+  } else if constexpr (W == Width::Half) {
+    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const uint16_t lo = words[i] & 0xFFFFu, hi = words[i] >> 16;
@@ -132,26 +168,36 @@ __device__ __forceinline__ void decode_unit(const DeviceWeight& w, uint64_t n, u
       v[2 * i + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_to_f32(hi);
     }
   } else if constexpr (W == Width::Fp8) {
-    const uint4 q =
-        __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0));
-    const uint32_t words[4] = {q.x, q.y, q.z, q.w};
-    // A 16-element unit never straddles an MX block (32) or an FP8 tile (bk is a multiple of 16 when the
-    // unit path is taken), so one scale serves the unit.
-    const float s = fp8_scale(w, n, k0);
+    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(e4m3_byte(words[i / 4], i % 4), s);
+    for (int i = 0; i < 16; ++i) v[i] = e4m3_byte(words[i / 4], i % 4);
   } else {
-    const uint2 q = __ldg(
-        reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2));
-    const uint32_t words[2] = {q.x, q.y};
-    if (w.format == FormatId::MXFP4) {
-      const float s = e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k0 / 32]);
+    const uint32_t words[2] = {r.q.x, r.q.y};
 #pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(e2m1_nibble(words[i / 8], i % 8), s);
-    } else {
-      const float s = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
+    for (int i = 0; i < 16; ++i) v[i] = e2m1_nibble(words[i / 8], i % 8);
+  }
+}
+
+// What multiplies a row's sum of scaled partial sums in variant 2: NVFP4's f32 global, else 1.
+template <Width W>
+__device__ __forceinline__ float row_post_scale(const DeviceWeight& w) {
+  return W == Width::Fp4 && w.format != FormatId::MXFP4 ? w.global : 1.0f;
+}
+
+// Decodes the unit starting at element k0 of row n into v[kElems], every element fully scaled in the CPU's
+// order (element × block scale, then × NVFP4's global, each rounded): bit-identical to weight_element.
+template <Width W>
+__device__ __forceinline__ void decode_unit(const DeviceWeight& w, uint64_t n, uint64_t k0, float* v) {
+  const RawUnit<W> r = load_unit<W>(w, n, k0);
+  unscaled_unit<W>(r, w.format == FormatId::F16, v);
+  if constexpr (W == Width::Fp8 || W == Width::Fp4) {
 #pragma unroll
-      for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(__fmul_rn(e2m1_nibble(words[i / 8], i % 8), s), w.global);
+    for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(v[i], r.s);
+  }
+  if constexpr (W == Width::Fp4) {
+    if (w.format != FormatId::MXFP4) {
+#pragma unroll
+      for (int i = 0; i < 16; ++i) v[i] = __fmul_rn(v[i], w.global);
     }
   }
 }

@@ -14,7 +14,6 @@
 #include <atomic>
 #include <cstdlib>
 #include <string>
-#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -126,60 +125,7 @@ void launch_units(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
 
 constexpr int kSplitWarps = 8;  // warps per block of gemv_split
 
-// A unit as loaded, before decoding (16 bytes; 8 for FP4), and its scale (1 for F32 / half widths).
-template <Width W>
-struct RawUnit {
-  using Bits = std::conditional_t<W == Width::Fp4, uint2, uint4>;
-  Bits q;
-  float s;
-};
-
-template <Width W>
-__device__ __forceinline__ RawUnit<W> load_unit(const DeviceWeight& w, uint64_t n, uint64_t k0) {
-  RawUnit<W> r;
-  if constexpr (W == Width::F32) {
-    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const float*>(w.data) + n * w.cols + k0));
-    r.s = 1.0f;
-  } else if constexpr (W == Width::Half) {
-    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint16_t*>(w.data) + n * w.cols + k0));
-    r.s = 1.0f;
-  } else if constexpr (W == Width::Fp8) {
-    r.q = __ldg(reinterpret_cast<const uint4*>(static_cast<const uint8_t*>(w.data) + n * w.cols + k0));
-    r.s = fp8_scale(w, n, k0);
-  } else {
-    r.q = __ldg(
-        reinterpret_cast<const uint2*>(static_cast<const uint8_t*>(w.data) + n * (w.cols / 2) + k0 / 2));
-    // NVFP4's f32 global multiplies the row's sum at the end (gemv_split's epilogue).
-    r.s = w.format == FormatId::MXFP4 ? e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k0 / 32])
-                                      : e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k0 / 16]);
-  }
-  return r;
-}
-
-// The unit's elements before its scale: exact values of the stored element codes.
-template <Width W>
-__device__ __forceinline__ void unscaled_unit(const RawUnit<W>& r, bool f16, float* v) {
-  if constexpr (W == Width::F32) {
-    v[0] = __uint_as_float(r.q.x), v[1] = __uint_as_float(r.q.y);
-    v[2] = __uint_as_float(r.q.z), v[3] = __uint_as_float(r.q.w);
-  } else if constexpr (W == Width::Half) {
-    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const uint16_t lo = words[i] & 0xFFFFu, hi = words[i] >> 16;
-      v[2 * i] = f16 ? __half2float(__ushort_as_half(lo)) : bf16_to_f32(lo);
-      v[2 * i + 1] = f16 ? __half2float(__ushort_as_half(hi)) : bf16_to_f32(hi);
-    }
-  } else if constexpr (W == Width::Fp8) {
-    const uint32_t words[4] = {r.q.x, r.q.y, r.q.z, r.q.w};
-#pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = e4m3_byte(words[i / 4], i % 4);
-  } else {
-    const uint32_t words[2] = {r.q.x, r.q.y};
-#pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = e2m1_nibble(words[i / 8], i % 8);
-  }
-}
+// RawUnit / load_unit / unscaled_unit: weight_access.cuh (the unit decoders the routed-expert kernels share).
 
 // Units each lane loads before using any: enough bytes in flight per lane (16 B units: 2, 8 B FP4 units: 4).
 template <Width W>
@@ -240,8 +186,7 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
       }
     }
   }
-  const bool global = W == Width::Fp4 && w.format != FormatId::MXFP4;
-  const float post = global ? w.global : 1.0f;
+  const float post = row_post_scale<W>(w);
 #pragma unroll
   for (int j = 0; j < R; ++j)
 #pragma unroll

@@ -9,7 +9,14 @@
 // pair and its lanes stride over the row's 16-byte units, loading the activation chunk of a unit once for
 // all R rows (and for gate and up together). G is picked so that the units of a row fill the lanes (the
 // qwen4_exp down row of K = 640 NVFP4 elements is 40 units: 4 groups of 8 lanes × 5 units, no idle lane).
+//
+// Two versions of gate+up and down, chosen by moe_decode_variant() (BLOOMERY_CUDA_MOE_DECODE=1|2, default 2;
+// the bench's --ab moe flips it): 1 (gate_up_k / down_k) decodes every element fully scaled (bit-identical
+// weights to the CPU, R rows per group); 2 (gate_up_v2 / down_v2, below) loads several raw units per lane
+// ahead and applies the scales to partial sums, as GEMV variant 2 does. Only the rounding order differs.
+#include <atomic>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -144,6 +151,149 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
 }
 
+// ---- variant 2 -----------------------------------------------------------------------------------------
+// As the GEMV's gemv_split: each lane issues the loads of kAhead raw units (gate+up: of both rows) before it
+// decodes any, so all of a pass's bytes are in flight at once; the unit's scale multiplies its 16-element
+// partial dot product and NVFP4's global the row's sum, so an element costs its decode and one FMA (variant
+// 1: two scale multiplies on top). One row (gate+up: one row of each) per group of L = 32/G lanes, so a
+// thread keeps one or two accumulators, and __launch_bounds__ caps registers for occupancy. The summation
+// order is fixed (lane partials, then a fixed xor tree), so results repeat bit for bit.
+
+// Raw units per lane per pass. One pass covers the qwen4_exp NVFP4 rows (gate/up D = 2560: 160 units = 32
+// lanes × 5; down I = 640: 40 units = 8 lanes × 5). gate+up hold two units per step (gate's and up's), so
+// the 16-byte widths take fewer: FP8 3 (4 spills at gate+up's 96-register cap, and at down's 64; ptxas -v,
+// sm_90a), half / F32 2 (units of 8 / 4 elements: more passes, but no register pressure).
+template <Width W>
+constexpr int kAheadGateUp = W == Width::Fp4 ? 5 : (W == Width::Fp8 ? 3 : 2);
+template <Width W>
+constexpr int kAheadDown = W == Width::Fp4 ? 5 : (W == Width::Fp8 ? 3 : 4);
+// Blocks of kWarps warps per SM the register caps aim at (ptxas -v, sm_90a, no spills): down 8 (≤ 64
+// registers, half occupancy); gate+up keeps two rows' raw units, 7 (≤ 72, 44 %; variant 1's NVFP4 gate+up:
+// 116 registers, 4 blocks, 25 %), FP8 5 (≤ 96: its scale lookup takes more registers and spills at 72).
+constexpr int kMinBlocksDown = 8;
+template <Width W>
+constexpr int kMinBlocksGateUp = W == Width::Fp8 ? 5 : 7;
+
+template <Width W>
+__device__ __forceinline__ float unit_dot(const RawUnit<W>& r, bool f16, const float* xv) {
+  constexpr int E = Unit<W>::kElems;
+  float v[E];
+  unscaled_unit<W>(r, f16, v);
+  return dot_acc<E>(v, xv, 0.0f);
+}
+
+// acc + the unit's scaled partial (F32 / half widths carry no scale: a plain add).
+template <Width W>
+__device__ __forceinline__ float add_partial(const RawUnit<W>& r, float p, float acc) {
+  if constexpr (W == Width::Fp8 || W == Width::Fp4)
+    return fmaf(r.s, p, acc);
+  else
+    return acc + p;
+}
+
+// Grid (ceil(I / (kWarps · G)), P): one gate row and the same up row per group. Output as gate_up_k.
+template <Width W, int G>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocksGateUp<W>)
+    gate_up_v2(MoeTable tab, const int32_t* __restrict__ ids, int k, const float* __restrict__ x, int64_t I,
+               float limit, float* __restrict__ h) {
+  constexpr int E = Unit<W>::kElems, L = 32 / G, A = kAheadGateUp<W>;
+  const int lane = threadIdx.x & 31, sub = lane % L;
+  const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G;
+  if (warp_row0 >= I) return;  // whole warp: no shuffle partner is lost
+  const int64_t p = blockIdx.y, r = warp_row0 + lane / L;
+  const bool active = r < I;
+  float* hp = h + p * I;
+  const int32_t e = ids[p];
+  if (!routed_ok(tab.gate, tab.E, e)) {  // same e for the whole block: uniform exit
+    if (sub == 0 && active) hp[r] = NAN;
+    return;
+  }
+  const DeviceWeight g = tab.gate[e], u = tab.up[e];
+  const uint64_t units = g.cols / E;
+  // gate and up share a width, not necessarily a format (BF16 with F16).
+  const bool g16 = g.format == FormatId::F16, u16 = u.format == FormatId::F16;
+  const float* xr = x + (p / k) * static_cast<int64_t>(g.cols);
+  float ag = 0.0f, au = 0.0f;
+  if (active) {
+    for (uint64_t q0 = sub; q0 < units; q0 += static_cast<uint64_t>(L) * A) {
+      RawUnit<W> rg[A], ru[A];
+#pragma unroll
+      for (int i = 0; i < A; ++i) {
+        const uint64_t q = q0 + static_cast<uint64_t>(i) * L;
+        if (q < units) {
+          rg[i] = load_unit<W>(g, r, q * E);
+          ru[i] = load_unit<W>(u, r, q * E);
+        } else {
+          rg[i] = RawUnit<W>{}, ru[i] = RawUnit<W>{};
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < A; ++i) {
+        const uint64_t q = q0 + static_cast<uint64_t>(i) * L;
+        if (q >= units) break;
+        float xv[E];
+        load_vec<E>(xr + q * E, xv);
+        ag = add_partial<W>(rg[i], unit_dot<W>(rg[i], g16, xv), ag);
+        au = add_partial<W>(ru[i], unit_dot<W>(ru[i], u16, xv), au);
+      }
+    }
+  }
+  float gs = group_sum<L>(ag), us = group_sum<L>(au);
+  if (sub == 0 && active) {
+    gs *= row_post_scale<W>(g);
+    us *= row_post_scale<W>(u);
+    if (limit > 0.0f) {
+      gs = fminf(gs, limit);
+      us = fminf(fmaxf(us, -limit), limit);
+    }
+    hp[r] = act_apply(kActSilu, gs) * us;
+  }
+}
+
+// Grid (ceil(D / (kWarps · G)), P): one down row per group. Output as down_k.
+template <Width W, int G>
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocksDown)
+    down_v2(MoeTable tab, const int32_t* __restrict__ ids, const float* __restrict__ h, int64_t I, int64_t D,
+            float* __restrict__ y) {
+  constexpr int E = Unit<W>::kElems, L = 32 / G, A = kAheadDown<W>;
+  const int lane = threadIdx.x & 31, sub = lane % L;
+  const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G;
+  if (warp_row0 >= D) return;
+  const int64_t p = blockIdx.y, r = warp_row0 + lane / L;
+  const bool active = r < D;
+  float* yp = y + p * D;
+  const int32_t e = ids[p];
+  if (!routed_ok(tab.down, tab.E, e)) {
+    if (sub == 0 && active) yp[r] = NAN;
+    return;
+  }
+  const DeviceWeight w = tab.down[e];
+  const uint64_t units = I / E;
+  const bool f16 = w.format == FormatId::F16;
+  const float* hr = h + p * I;
+  float acc = 0.0f;
+  if (active) {
+    for (uint64_t q0 = sub; q0 < units; q0 += static_cast<uint64_t>(L) * A) {
+      RawUnit<W> rw[A];
+#pragma unroll
+      for (int i = 0; i < A; ++i) {
+        const uint64_t q = q0 + static_cast<uint64_t>(i) * L;
+        rw[i] = q < units ? load_unit<W>(w, r, q * E) : RawUnit<W>{};
+      }
+#pragma unroll
+      for (int i = 0; i < A; ++i) {
+        const uint64_t q = q0 + static_cast<uint64_t>(i) * L;
+        if (q >= units) break;
+        float hv[E];
+        load_vec<E>(hr + q * E, hv);
+        acc = add_partial<W>(rw[i], unit_dot<W>(rw[i], f16, hv), acc);
+      }
+    }
+  }
+  const float s = group_sum<L>(acc);
+  if (sub == 0 && active) yp[r] = s * row_post_scale<W>(w);
+}
+
 // out[t, c] = Σ_j wts[t·k + j] · y[row(t·k + j), c], j ascending from 0 (the CPU backend's order: each
 // product rounded, then added).
 __global__ void combine_k(float* __restrict__ out, const float* __restrict__ y,
@@ -201,6 +351,32 @@ void launch_down(const MoeTable& tab, const int32_t* ids, int64_t P, const float
   down_k<W, G, R><<<grid, kWarps * 32, 0, s>>>(tab, ids, h, I, D, y);
 }
 
+template <Width W, int G>
+void launch_gate_up_v2(const MoeTable& tab, const int32_t* ids, int64_t P, int k, const float* x, int64_t I,
+                       float limit, float* h, cudaStream_t s) {
+  const int64_t per_block = static_cast<int64_t>(kWarps) * G;
+  const dim3 grid(static_cast<unsigned>((I + per_block - 1) / per_block), static_cast<unsigned>(P));
+  gate_up_v2<W, G><<<grid, kWarps * 32, 0, s>>>(tab, ids, k, x, I, limit, h);
+}
+
+template <Width W, int G>
+void launch_down_v2(const MoeTable& tab, const int32_t* ids, int64_t P, const float* h, int64_t I, int64_t D,
+                    float* y, cudaStream_t s) {
+  const int64_t per_block = static_cast<int64_t>(kWarps) * G;
+  const dim3 grid(static_cast<unsigned>((D + per_block - 1) / per_block), static_cast<unsigned>(P));
+  down_v2<W, G><<<grid, kWarps * 32, 0, s>>>(tab, ids, h, I, D, y);
+}
+
+int variant_from_env() {
+  const char* v = std::getenv("BLOOMERY_CUDA_MOE_DECODE");
+  return v && std::string(v) == "1" ? 1 : 2;
+}
+
+std::atomic<int>& variant_slot() {
+  static std::atomic<int> v{variant_from_env()};
+  return v;
+}
+
 // Calls f.template operator()<W, G>() for the runtime width and group count.
 template <class F>
 void dispatch(Width w, int g, F&& f) {
@@ -251,6 +427,14 @@ __global__ void decode_all_k(DeviceWeight w, bool fast, float* __restrict__ out)
 
 }  // namespace
 
+int moe_decode_variant() {
+  return variant_slot().load(std::memory_order_relaxed);
+}
+
+void set_moe_decode_variant(int v) {
+  variant_slot().store(v == 1 ? 1 : 2, std::memory_order_relaxed);
+}
+
 void moe_decode_units(const DeviceWeight& w, bool fast, float* out, cudaStream_t s) {
   if (w.rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(w.rows);
@@ -290,7 +474,10 @@ void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, const int32_t* ids, int
   if (P == 0 || I == 0) return;
   const Width w = width_of(gate_fmt);
   const int g = groups_for(static_cast<uint64_t>(D / unit_elems(w)));
-  dispatch(w, g, [&]<Width W, int G>() { launch_gate_up<W, G>(tab, ids, P, k, x, I, limit, h, s); });
+  if (moe_decode_variant() == 2)
+    dispatch(w, g, [&]<Width W, int G>() { launch_gate_up_v2<W, G>(tab, ids, P, k, x, I, limit, h, s); });
+  else
+    dispatch(w, g, [&]<Width W, int G>() { launch_gate_up<W, G>(tab, ids, P, k, x, I, limit, h, s); });
   BLOOMERY_CUDA_CHECK_LAUNCH("moe_gate_up " + std::string(format_name(gate_fmt)) + " " +
                              pairs_shape(P, I, D));
 }
@@ -300,7 +487,10 @@ void moe_down(const MoeTable& tab, FormatId down_fmt, const int32_t* ids, int64_
   if (P == 0 || D == 0) return;
   const Width w = width_of(down_fmt);
   const int g = groups_for(static_cast<uint64_t>(I / unit_elems(w)));
-  dispatch(w, g, [&]<Width W, int G>() { launch_down<W, G>(tab, ids, P, h, I, D, y, s); });
+  if (moe_decode_variant() == 2)
+    dispatch(w, g, [&]<Width W, int G>() { launch_down_v2<W, G>(tab, ids, P, h, I, D, y, s); });
+  else
+    dispatch(w, g, [&]<Width W, int G>() { launch_down<W, G>(tab, ids, P, h, I, D, y, s); });
   BLOOMERY_CUDA_CHECK_LAUNCH("moe_down " + std::string(format_name(down_fmt)) + " " + pairs_shape(P, D, I));
 }
 
