@@ -167,10 +167,12 @@ template <Width W>
 constexpr int kAheadGateUp = W == Width::Fp4 ? 5 : (W == Width::Fp8 ? 3 : 2);
 template <Width W>
 constexpr int kAheadDown = W == Width::Fp4 ? 5 : (W == Width::Fp8 ? 3 : 4);
-// Blocks of kWarps warps per SM the register caps aim at (ptxas -v, sm_90a, no spills): down 8 (≤ 64
-// registers, half occupancy); gate+up keeps two rows' raw units, 7 (≤ 72, 44 %; variant 1's NVFP4 gate+up:
-// 116 registers, 4 blocks, 25 %), FP8 5 (≤ 96: its scale lookup takes more registers and spills at 72).
-constexpr int kMinBlocksDown = 8;
+// Blocks of kWarps warps per SM the register caps aim at (ptxas -v, sm_90a, no spills at these): down
+// 10 (≤ 48 registers, 62 %; variant 1's NVFP4 down: 64, 50 %), FP8 8 (≤ 64: it spills at 48); gate+up keeps
+// two rows' raw units, 7 (≤ 72, 44 %; variant 1's NVFP4 gate+up: 118 registers, 4 blocks, 25 %), FP8 5
+// (≤ 96: its scale lookup takes more registers and spills at 72).
+template <Width W>
+constexpr int kMinBlocksDown = W == Width::Fp8 ? 8 : 10;
 template <Width W>
 constexpr int kMinBlocksGateUp = W == Width::Fp8 ? 5 : 7;
 
@@ -252,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksGateUp<W>)
 
 // Grid (ceil(D / (kWarps · G)), P): one down row per group. Output as down_k.
 template <Width W, int G>
-__global__ void __launch_bounds__(kWarps * 32, kMinBlocksDown)
+__global__ void __launch_bounds__(kWarps * 32, kMinBlocksDown<W>)
     down_v2(MoeTable tab, const int32_t* __restrict__ ids, const float* __restrict__ h, int64_t I, int64_t D,
             float* __restrict__ y) {
   constexpr int E = Unit<W>::kElems, L = 32 / G, A = kAheadDown<W>;
