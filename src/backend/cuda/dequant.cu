@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elements.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -22,18 +23,24 @@ __device__ __forceinline__ bool element_index(const DeviceWeight& w, uint64_t& n
 }
 
 __global__ void dequant_bf16(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   out[n * w.cols + k] = bf16_to_f32(static_cast<const uint16_t*>(w.data)[n * w.cols + k]);
 }
 
 __global__ void dequant_f16(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   out[n * w.cols + k] = __half2float(static_cast<const __half*>(w.data)[n * w.cols + k]);
 }
 
 __global__ void dequant_f32(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   out[n * w.cols + k] = static_cast<const float*>(w.data)[n * w.cols + k];
@@ -45,6 +52,8 @@ __device__ __forceinline__ uint32_t nibble(const DeviceWeight& w, uint64_t n, ui
 }
 
 __global__ void dequant_nvfp4(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   const float s = e4m3_to_f32(w.block_scales[n * (w.cols / 16) + k / 16]);
@@ -52,6 +61,8 @@ __global__ void dequant_nvfp4(DeviceWeight w, float* out) {
 }
 
 __global__ void dequant_mxfp4(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   const float s = e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k / 32]);
@@ -63,6 +74,8 @@ __device__ __forceinline__ float fp8_element(const DeviceWeight& w, uint64_t n, 
 }
 
 __global__ void dequant_mxfp8(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   const float s = e8m0_to_f32(w.block_scales[n * (w.cols / 32) + k / 32]);
@@ -70,18 +83,24 @@ __global__ void dequant_mxfp8(DeviceWeight w, float* out) {
 }
 
 __global__ void dequant_fp8_tensor(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   out[n * w.cols + k] = __fmul_rn(fp8_element(w, n, k), w.global);
 }
 
 __global__ void dequant_fp8_channel(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   out[n * w.cols + k] = __fmul_rn(fp8_element(w, n, k), w.scale_f32[n]);
 }
 
 __global__ void dequant_fp8_block(DeviceWeight w, float* out) {
+  pdl_wait();
+  pdl_launch_dependents();
   uint64_t n, k;
   if (!element_index(w, n, k)) return;
   const uint64_t grid_cols = (w.cols + w.block_k - 1) / w.block_k;
@@ -115,7 +134,8 @@ void dequantize(const DeviceWeight& w, float* out, cudaStream_t stream) {
   if (total == 0) return;
   constexpr unsigned kThreads = 256;
   const uint64_t blocks = (total + kThreads - 1) / kThreads;
-  kKernels[static_cast<size_t>(w.format)]<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(w, out);
+  pdl_launch(kKernels[static_cast<size_t>(w.format)], static_cast<unsigned>(blocks), kThreads, 0, stream, w,
+             out);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

@@ -34,6 +34,10 @@ void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s);
 // BLOOMERY_CUDA_GEMV picks it at start, set_gemv_variant between steps for A/B measurements).
 int gemv_variant();
 void set_gemv_variant(int v);
+// Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
+// steps for A/B measurements).
+bool pdl_enabled();
+void set_pdl(bool on);
 // Prompt GEMM: any T; tensor cores (mma.sync BF16, split hi+lo activations by default, f32 accumulate) with
 // weight tiles dequantised from the stored format in shared memory; SIMT fallback (gemm/tc_gemm.cu, gemm.cu).
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,

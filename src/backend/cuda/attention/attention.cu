@@ -8,6 +8,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -23,6 +24,8 @@ __global__ void __launch_bounds__(kThreads)
                 const float* __restrict__ v, const float* __restrict__ allowed, int64_t Hq, int64_t d,
                 int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale, int64_t chunk,
                 float* __restrict__ part) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float qs[];  // d floats
   __shared__ float p[kTile];
   __shared__ float red[33];
@@ -89,6 +92,8 @@ __global__ void __launch_bounds__(kThreads)
 // Merges the splits of one (t, h): M = max m_s, L = Σ l_s e^{m_s − M}, out = Σ o_s e^{m_s − M} / L.
 __global__ void attention_combine(float* __restrict__ out, const float* __restrict__ part, int splits,
                                   int64_t dv) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t th = blockIdx.x;
   const float* pr = part + th * splits * (dv + 2);
   float M = -INFINITY;
@@ -132,13 +137,13 @@ void attention(float* out, const float* q, const float* k, const float* v, const
   const int64_t chunk = splits == 1 ? S_used : (S_used + splits - 1) / splits;
   const int64_t chunk_tiles = (chunk + kTile - 1) / kTile * kTile;  // splits start on tile boundaries
   splits = static_cast<int>((S_used + chunk_tiles - 1) / chunk_tiles);
-  attention_k<<<dim3(static_cast<unsigned>(Hq), static_cast<unsigned>(T), static_cast<unsigned>(splits)),
-                kThreads, d * sizeof(float), s>>>(out, q, k, v, allowed, Hq, d, S, Hkv, dv, q0, scale,
-                                                  splits == 1 ? S_used : chunk_tiles,
-                                                  splits == 1 ? nullptr : part);
+  pdl_launch(attention_k,
+             dim3(static_cast<unsigned>(Hq), static_cast<unsigned>(T), static_cast<unsigned>(splits)),
+             kThreads, d * sizeof(float), s, out, q, k, v, allowed, Hq, d, S, Hkv, dv, q0, scale,
+             splits == 1 ? S_used : chunk_tiles, splits == 1 ? nullptr : part);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
   if (splits > 1) {
-    attention_combine<<<static_cast<unsigned>(T * Hq), 128, 0, s>>>(out, part, splits, dv);
+    pdl_launch(attention_combine, static_cast<unsigned>(T * Hq), 128, 0, s, out, part, splits, dv);
     BLOOMERY_CUDA_CHECK_LAUNCH(what + " combine of " + std::to_string(splits) + " splits");
   }
   return;

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -13,6 +14,8 @@ namespace {
 // One thread per (pool, channel).
 __global__ void dsa_pool_k(float* pools, const float* keys, const float* gates, const float* ape, int64_t p0,
                            int64_t np, int d, int P) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
   if (i >= np * d) return;
   const int64_t p = p0 + i / d;
@@ -36,6 +39,8 @@ constexpr int kScorePools = 128;  // pools per block (one per thread)
 __global__ void __launch_bounds__(kScorePools)
     dsa_scores_k(float* scores, int64_t ld, const float* qi, const float* wts, const float* pools, int Hi,
                  int d, int64_t q_first, int P, float scale) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float sh[];
   float* qs = sh;           // [Hi, d]
   float* ws = sh + Hi * d;  // [Hi]
@@ -72,7 +77,8 @@ void dsa_pool(float* pools, const float* keys, const float* gates, const float* 
               int d, int P, cudaStream_t s) {
   if (np <= 0 || d <= 0) return;
   const int64_t n = np * d;
-  dsa_pool_k<<<static_cast<unsigned>((n + 255) / 256), 256, 0, s>>>(pools, keys, gates, ape, p0, np, d, P);
+  pdl_launch(dsa_pool_k, static_cast<unsigned>((n + 255) / 256), 256, 0, s, pools, keys, gates, ape, p0, np,
+             d, P);
   BLOOMERY_CUDA_CHECK_LAUNCH("dsa_pool pools " + std::to_string(p0) + "+" + std::to_string(np) + " × " +
                              std::to_string(d) + " pool " + std::to_string(P));
 }
@@ -88,7 +94,7 @@ void dsa_pool_scores(float* scores, int64_t ld, const float* qi, const float* wt
   const size_t shmem = static_cast<size_t>(Hi) * (d + 1) * sizeof(float);
   if (shmem > 48 * 1024) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": qi row over 48 KiB");
   const dim3 grid(static_cast<unsigned>((np_max + kScorePools - 1) / kScorePools), static_cast<unsigned>(T));
-  dsa_scores_k<<<grid, kScorePools, shmem, s>>>(scores, ld, qi, wts, pools, Hi, d, q_first, P, scale);
+  pdl_launch(dsa_scores_k, grid, kScorePools, shmem, s, scores, ld, qi, wts, pools, Hi, d, q_first, P, scale);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

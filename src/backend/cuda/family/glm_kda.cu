@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -21,6 +22,8 @@ constexpr int kRows = kKdaMaxDk / kRowGroups;  // state rows per thread at most
 
 __global__ void kda_gate_k(float* g, const float* f, const float* dt_bias, const float* A_log, int64_t T,
                            int64_t H, int64_t dk, bool has_lower, float lower) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t n = T * H * dk;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -40,6 +43,8 @@ __global__ void __launch_bounds__(kThreads)
     kda_step_k(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
                const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
                float* __restrict__ state, int64_t T, int64_t H, int dk, int dv) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float qs[kKdaMaxDk], ks[kKdaMaxDk], ds[kKdaMaxDk];
   __shared__ float red_mem[kRowGroups][kCols], red_out[kRowGroups][kCols];
   __shared__ float red_norm[kThreads / 32][2];
@@ -128,7 +133,8 @@ void kda_gate(float* g, const float* f, const float* dt_bias, const float* A_log
   if (n == 0) return;
   int64_t blocks = (n + 255) / 256;
   if (blocks > 65535 * 16) blocks = 65535 * 16;
-  kda_gate_k<<<static_cast<unsigned>(blocks), 256, 0, s>>>(g, f, dt_bias, A_log, T, H, dk, has_lower, lower);
+  pdl_launch(kda_gate_k, static_cast<unsigned>(blocks), 256, 0, s, g, f, dt_bias, A_log, T, H, dk, has_lower,
+             lower);
   BLOOMERY_CUDA_CHECK_LAUNCH("kda_gate f [" + std::to_string(T) + ", " + std::to_string(H) + "·" +
                              std::to_string(dk) + "]");
 }
@@ -142,8 +148,8 @@ void kda_rule_steps(float* out, const float* q, const float* k, const float* v, 
   if (dk < 1 || dk > kKdaMaxDk || dv > kKdaMaxDk)
     BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": needs dk, dv <= 128");
   const dim3 grid(static_cast<unsigned>((dv + kCols - 1) / kCols), static_cast<unsigned>(H));
-  kda_step_k<<<grid, kThreads, 0, s>>>(out, q, k, v, g, beta, state, T, H, static_cast<int>(dk),
-                                       static_cast<int>(dv));
+  pdl_launch(kda_step_k, grid, kThreads, 0, s, out, q, k, v, g, beta, state, T, H, static_cast<int>(dk),
+             static_cast<int>(dv));
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
+#include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -67,6 +68,8 @@ __device__ void sinkhorn(const float* logits, int n, float hc_eps, int iters, fl
 __global__ void __launch_bounds__(kMhcThreads)
     mhc_pre_k(float* h, float* post, float* comb, const float* X, DeviceWeight fn, const float* base,
               const float* scale, int n, int64_t D, float norm_eps, float hc_eps, int iters) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ double red[33];
   __shared__ float mix[kMaxMix], pre[kMhcMaxStreams], cm[kMhcMaxStreams * kMhcMaxStreams];
   const int64_t t = blockIdx.x, nD = n * D;
@@ -106,6 +109,8 @@ __global__ void __launch_bounds__(kMhcThreads)
 // One thread per (t, d): all n streams of that column read first, then written.
 __global__ void mhc_post_k(float* X, const float* y, const float* post, const float* comb, int64_t T, int n,
                            int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * D;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / D, d = i % D;
@@ -123,6 +128,8 @@ __global__ void mhc_post_k(float* X, const float* y, const float* post, const fl
 }
 
 __global__ void stream_mean_k(float* out, const float* X, int64_t T, int n, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * D;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / D, d = i % D;
@@ -149,8 +156,8 @@ void mhc_pre(float* h, float* post, float* comb, const float* X, const DeviceWei
   if (T == 0) return;
   if (n < 1 || n > kMhcMaxStreams)
     BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, "mhc_pre X " + shape(T, n, D) + ": needs 1 <= n <= 8");
-  mhc_pre_k<<<static_cast<unsigned>(T), kMhcThreads, 0, s>>>(h, post, comb, X, fn, base, scale, n, D,
-                                                             norm_eps, hc_eps, sinkhorn_iters);
+  pdl_launch(mhc_pre_k, static_cast<unsigned>(T), kMhcThreads, 0, s, h, post, comb, X, fn, base, scale, n, D,
+             norm_eps, hc_eps, sinkhorn_iters);
   BLOOMERY_CUDA_CHECK_LAUNCH("mhc_pre X " + shape(T, n, D));
 }
 
@@ -159,13 +166,13 @@ void mhc_post(float* X, const float* y, const float* post, const float* comb, in
   if (T * D == 0) return;
   if (n < 1 || n > kMhcMaxStreams)
     BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, "mhc_post X " + shape(T, n, D) + ": needs 1 <= n <= 8");
-  mhc_post_k<<<mhc_grid(T * D, 256), 256, 0, s>>>(X, y, post, comb, T, n, D);
+  pdl_launch(mhc_post_k, mhc_grid(T * D, 256), 256, 0, s, X, y, post, comb, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("mhc_post X " + shape(T, n, D));
 }
 
 void stream_mean(float* out, const float* X, int64_t T, int n, int64_t D, cudaStream_t s) {
   if (T * D == 0) return;
-  stream_mean_k<<<mhc_grid(T * D, 256), 256, 0, s>>>(out, X, T, n, D);
+  pdl_launch(stream_mean_k, mhc_grid(T * D, 256), 256, 0, s, out, X, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("stream_mean X " + shape(T, n, D));
 }
 

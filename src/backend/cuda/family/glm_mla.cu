@@ -7,6 +7,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -20,6 +21,8 @@ constexpr int kLanesL = kMlaMaxLatent / 32;  // latent values per lane
 // Block (head, token chunk): thread l accumulates q̃[t, h, l] for the chunk's tokens over the dq rows of W_uk.
 __global__ void __launch_bounds__(kProjThreads)
     mla_absorb_k(float* qt, const float* q, DeviceWeight w, int64_t T, int64_t H, int dq, int dv, int L) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float qs[];  // [kTok, dq]
   const int64_t h = blockIdx.x, t0 = blockIdx.y * int64_t(kTok);
   const int nt = static_cast<int>(T - t0 < kTok ? T - t0 : kTok);
@@ -48,6 +51,8 @@ __global__ void __launch_bounds__(kProjThreads)
 __global__ void __launch_bounds__(kAttWarps * 32)
     mla_attend_k(float* oc, const float* qt, const float* latent, const float* allowed, int64_t H, int L,
                  int64_t S, int64_t q0, float scale) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float qs[kMlaMaxLatent];
   __shared__ float wm[kAttWarps], wsum[kAttWarps];
   __shared__ float woc[kAttWarps][kMlaMaxLatent];
@@ -108,6 +113,8 @@ __global__ void __launch_bounds__(kAttWarps * 32)
 // tokens, the lanes reading the weight row coalesced.
 __global__ void __launch_bounds__(kProjThreads)
     mla_project_k(float* out, const float* oc, DeviceWeight w, int64_t T, int64_t H, int dq, int dv, int L) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float os[];  // [kTok, L]
   const int64_t h = blockIdx.x, t0 = blockIdx.y * int64_t(kTok);
   const int nt = static_cast<int>(T - t0 < kTok ? T - t0 : kTok);
@@ -154,8 +161,8 @@ void mla_absorb_q(float* qt, const float* q, const DeviceWeight& kv_b, int64_t T
   const size_t shmem = static_cast<size_t>(kTok) * dq * sizeof(float);
   check_sizes(what, T, H, L, shmem);
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((T + kTok - 1) / kTok));
-  mla_absorb_k<<<grid, kProjThreads, shmem, s>>>(qt, q, kv_b, T, H, static_cast<int>(dq),
-                                                 static_cast<int>(dv), static_cast<int>(L));
+  pdl_launch(mla_absorb_k, grid, kProjThreads, shmem, s, qt, q, kv_b, T, H, static_cast<int>(dq),
+             static_cast<int>(dv), static_cast<int>(L));
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 
@@ -166,7 +173,8 @@ void mla_latent_attention(float* oc, const float* qt, const float* latent, const
   check_sizes(what, T, H, L, 0);
   if (T > 65535) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": needs T <= 65535 per launch");
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(T));
-  mla_attend_k<<<grid, kAttWarps * 32, 0, s>>>(oc, qt, latent, allowed, H, static_cast<int>(L), S, q0, scale);
+  pdl_launch(mla_attend_k, grid, kAttWarps * 32, 0, s, oc, qt, latent, allowed, H, static_cast<int>(L), S, q0,
+             scale);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 
@@ -177,8 +185,8 @@ void mla_project_v(float* out, const float* oc, const DeviceWeight& kv_b, int64_
   const size_t shmem = static_cast<size_t>(kTok) * L * sizeof(float);
   check_sizes(what, T, H, L, shmem);
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>((T + kTok - 1) / kTok));
-  mla_project_k<<<grid, kProjThreads, shmem, s>>>(out, oc, kv_b, T, H, static_cast<int>(dq),
-                                                  static_cast<int>(dv), static_cast<int>(L));
+  pdl_launch(mla_project_k, grid, kProjThreads, shmem, s, out, oc, kv_b, T, H, static_cast<int>(dq),
+             static_cast<int>(dv), static_cast<int>(L));
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

@@ -7,6 +7,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -40,6 +41,8 @@ __device__ __forceinline__ void warp_argmax(const float* x, const unsigned char*
 __global__ void __launch_bounds__(kWarps * 32)
     route_sigmoid_k(int32_t* ids, float* weights, const float* logits, const float* bias, int64_t T, int E,
                     int k, int n_group, int topk_group, bool renorm, float scaling, int* ties) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ unsigned char sh[];
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
   const int64_t t = blockIdx.x * int64_t(kWarps) + wid;
@@ -132,8 +135,8 @@ void route_sigmoid_topk(int32_t* ids, float* weights, const float* logits, const
                                                    ": needs k <= E, 1 <= n_group <= 64 dividing E, "
                                                    "E <= 1400");
   const unsigned blocks = static_cast<unsigned>((T + kWarps - 1) / kWarps);
-  route_sigmoid_k<<<blocks, kWarps * 32, shmem, s>>>(ids, weights, logits, bias, T, static_cast<int>(E), k,
-                                                     n_group, topk_group, renormalize, routed_scaling, ties);
+  pdl_launch(route_sigmoid_k, blocks, kWarps * 32, shmem, s, ids, weights, logits, bias, T,
+             static_cast<int>(E), k, n_group, topk_group, renormalize, routed_scaling, ties);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

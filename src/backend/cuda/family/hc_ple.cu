@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/qwen4_kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -15,6 +16,8 @@ unsigned hc_grid(int64_t n, int threads) {
 }
 
 __global__ void hc_read_mix_k(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const float nf = static_cast<float>(n);
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * D;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -29,6 +32,8 @@ __global__ void hc_read_mix_k(float* u, const float* m, const float* xn, int64_t
 }
 
 __global__ void hc_inject_k(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t total = T * n * D;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
@@ -39,6 +44,8 @@ __global__ void hc_inject_k(float* X, const float* y, const float* inj, int64_t 
 
 // One block per (t, s): the dot over D, then the gate times v.
 __global__ void ple_gate_k(float* G, const float* kn, const float* qn, const float* v, int n, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[33];
   const int64_t ts = blockIdx.x, t = ts / n;
   const float* k = kn + ts * D;
@@ -63,20 +70,20 @@ std::string shape(int64_t T, int n, int64_t D) {
 
 void hc_read_mix(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D, cudaStream_t s) {
   if (T * D == 0) return;
-  hc_read_mix_k<<<hc_grid(T * D, 256), 256, 0, s>>>(u, m, xn, T, n, D);
+  pdl_launch(hc_read_mix_k, hc_grid(T * D, 256), 256, 0, s, u, m, xn, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("hc_read_mix m " + shape(T, n, D));
 }
 
 void hc_inject(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D, cudaStream_t s) {
   if (T * n * D == 0) return;
-  hc_inject_k<<<hc_grid(T * n * D, 256), 256, 0, s>>>(X, y, inj, T, n, D);
+  pdl_launch(hc_inject_k, hc_grid(T * n * D, 256), 256, 0, s, X, y, inj, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("hc_inject X " + shape(T, n, D));
 }
 
 void ple_gate(float* G, const float* kn, const float* qn, const float* v, int64_t T, int n, int64_t D,
               cudaStream_t s) {
   if (T * n == 0) return;
-  ple_gate_k<<<static_cast<unsigned>(T * n), 256, 0, s>>>(G, kn, qn, v, n, D);
+  pdl_launch(ple_gate_k, static_cast<unsigned>(T * n), 256, 0, s, G, kn, qn, v, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("ple_gate G " + shape(T, n, D));
 }
 

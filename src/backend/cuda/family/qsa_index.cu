@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/qwen4_kernels.h"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -20,6 +21,8 @@ namespace {
 // One CTA per completed block. Shared: mean[d], y[d].
 __global__ void qsa_pool_k(float* blocks, const float* raw, const float* w, const float* cs, const float* sn,
                            int64_t b0, int d, int c, int rot, float eps) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float sh[];
   float* mean = sh;
   float* y = sh + d;
@@ -71,6 +74,8 @@ constexpr int kTQ = 16, kTB = 64, kTJ = 32, kScoreThreads = 256;
 __global__ void __launch_bounds__(kScoreThreads)
     qsa_scores_k(float* scores, int64_t ld, const float* qi, const float* blocks, int64_t T, int Hi, int d,
                  int64_t q_first, int c, float inv) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float Qs[kTQ][kTJ + 1];
   __shared__ float Ks[kTB][kTJ + 1];
   const int64_t t0 = static_cast<int64_t>(blockIdx.y) * kTQ;
@@ -133,6 +138,8 @@ __device__ __forceinline__ uint32_t order_key(float f) {
 __global__ void __launch_bounds__(kSelThreads)
     qsa_select_k(float* allowed, int64_t S, const float* scores, int64_t ld, int64_t q_first, int c,
                  int block_topk, int* ties) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ unsigned hist[256];
   __shared__ uint32_t s_prefix;
   __shared__ int64_t s_need;
@@ -228,8 +235,8 @@ __global__ void __launch_bounds__(kSelThreads)
 void qsa_pool_blocks(float* blocks, const float* raw, const float* k_norm, const float* cs, const float* sn,
                      int64_t b0, int64_t nblk, int d, int c, int rot, float eps, cudaStream_t s) {
   if (nblk <= 0) return;
-  qsa_pool_k<<<static_cast<unsigned>(nblk), 128, 2 * d * sizeof(float), s>>>(blocks, raw, k_norm, cs, sn, b0,
-                                                                             d, c, rot, eps);
+  pdl_launch(qsa_pool_k, static_cast<unsigned>(nblk), 128, 2 * d * sizeof(float), s, blocks, raw, k_norm, cs,
+             sn, b0, d, c, rot, eps);
   BLOOMERY_CUDA_CHECK_LAUNCH("qsa_pool_blocks blocks " + std::to_string(b0) + "+" + std::to_string(nblk) +
                              " × " + std::to_string(d) + " compress " + std::to_string(c));
 }
@@ -240,7 +247,7 @@ void qsa_block_scores(float* scores, int64_t ld, const float* qi, const float* b
   if (T <= 0 || nb_max <= 0) return;
   const dim3 grid(static_cast<unsigned>((nb_max + kTB - 1) / kTB),
                   static_cast<unsigned>((T + kTQ - 1) / kTQ));
-  qsa_scores_k<<<grid, kScoreThreads, 0, s>>>(scores, ld, qi, blocks, T, Hi, d, q_first, c, inv);
+  pdl_launch(qsa_scores_k, grid, kScoreThreads, 0, s, scores, ld, qi, blocks, T, Hi, d, q_first, c, inv);
   BLOOMERY_CUDA_CHECK_LAUNCH("qsa_block_scores qi [" + std::to_string(T) + ", " + std::to_string(Hi) + ", " +
                              std::to_string(d) + "] blocks " + std::to_string(nb_max));
 }
@@ -248,8 +255,8 @@ void qsa_block_scores(float* scores, int64_t ld, const float* qi, const float* b
 void qsa_select_blocks(float* allowed, int64_t S, const float* scores, int64_t ld, int64_t T, int64_t q_first,
                        int c, int block_topk, int* ties, cudaStream_t s) {
   if (T <= 0) return;
-  qsa_select_k<<<static_cast<unsigned>(T), kSelThreads, 0, s>>>(allowed, S, scores, ld, q_first, c,
-                                                                block_topk, ties);
+  pdl_launch(qsa_select_k, static_cast<unsigned>(T), kSelThreads, 0, s, allowed, S, scores, ld, q_first, c,
+             block_topk, ties);
   BLOOMERY_CUDA_CHECK_LAUNCH("qsa_select_blocks allowed [" + std::to_string(T) + ", " + std::to_string(S) +
                              "] topk " + std::to_string(block_topk));
 }

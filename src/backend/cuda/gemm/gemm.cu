@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -27,6 +28,8 @@ __global__ void __launch_bounds__(kThreads)
     gemm_tiled(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int64_t T,
                float* __restrict__ y, const DeviceWeight* __restrict__ experts,
                const int32_t* __restrict__ offsets) {
+  pdl_wait();
+  pdl_launch_dependents();
   if (offsets) {
     const int64_t begin = offsets[blockIdx.z], end = offsets[blockIdx.z + 1];
     if (blockIdx.y * static_cast<int64_t>(kBM) >= end - begin) return;
@@ -75,6 +78,8 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void gather_weight_rows(DeviceWeight w, const int64_t* __restrict__ ids, float* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x, row = ids[i];
   for (uint64_t k = threadIdx.x; k < w.cols; k += blockDim.x) out[i * w.cols + k] = weight_element(w, row, k);
 }
@@ -110,7 +115,7 @@ void gemm_simt(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, i
                cudaStream_t s) {
   if (n == 0 || T == 0) return;
   const dim3 grid(static_cast<unsigned>((n + kBN - 1) / kBN), static_cast<unsigned>((T + kBM - 1) / kBM));
-  gemm_tiled<<<grid, kThreads, 0, s>>>(w, row0, n, x, T, y, nullptr, nullptr);
+  pdl_launch(gemm_tiled, grid, kThreads, 0, s, w, row0, n, x, T, y, nullptr, nullptr);
   BLOOMERY_CUDA_CHECK_LAUNCH("gemm " + shape_of(w) + " rows " + std::to_string(row0) + "+" +
                              std::to_string(n) + " x[" + std::to_string(T) + "]");
 }
@@ -123,7 +128,7 @@ void gemm_simt_grouped(const DeviceWeight* weights, int64_t E, const int32_t* of
   DeviceWeight dummy;
   dummy.format = format;
   dummy.cols = static_cast<uint64_t>(K);
-  gemm_tiled<<<grid, kThreads, 0, s>>>(dummy, 0, n, xs, max_rows, ys, weights, offsets);
+  pdl_launch(gemm_tiled, grid, kThreads, 0, s, dummy, 0, n, xs, max_rows, ys, weights, offsets);
   BLOOMERY_CUDA_CHECK_LAUNCH("grouped gemm (SIMT) " + std::string(format_name(format)) +
                              " E=" + std::to_string(E) + " W[" + std::to_string(n) + ", " +
                              std::to_string(K) + "] rows<=" + std::to_string(max_rows));
@@ -131,7 +136,7 @@ void gemm_simt_grouped(const DeviceWeight* weights, int64_t E, const int32_t* of
 
 void gather_rows(const DeviceWeight& w, const int64_t* ids, int64_t count, float* out, cudaStream_t s) {
   if (count == 0) return;
-  gather_weight_rows<<<static_cast<unsigned>(count), 256, 0, s>>>(w, ids, out);
+  pdl_launch(gather_weight_rows, static_cast<unsigned>(count), 256, 0, s, w, ids, out);
   BLOOMERY_CUDA_CHECK_LAUNCH("gather_rows " + shape_of(w) + " ids " + std::to_string(count));
 }
 

@@ -30,6 +30,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elements.cuh"
 #include "backend/cuda/gemm/gemm_internal.h"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -229,6 +230,8 @@ __device__ __forceinline__ bool find_group_tile(const int32_t* offsets, int64_t 
 // Two blocks per SM, except F32 weights whose stages fill the shared memory of one.
 template <Kind KD>
 __global__ void __launch_bounds__(kThreads, KD == Kind::F32 ? 1 : 2) tc_gemm_kernel(TcArgs a) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ __align__(16) uint8_t smem[];
   __nv_bfloat16* As = reinterpret_cast<__nv_bfloat16*>(smem);  // [kStages][kBM][kTileStride]
   const bool split = a.xlo != nullptr;
@@ -415,6 +418,8 @@ __global__ void __launch_bounds__(kThreads, KD == Kind::F32 ? 1 : 2) tc_gemm_ker
 __global__ void round_x_bf16(const float* __restrict__ x, __nv_bfloat16* __restrict__ xb,
                              __nv_bfloat16* __restrict__ xlo, int64_t rows, int64_t K,
                              const int32_t* __restrict__ rows_used) {
+  pdl_wait();
+  pdl_launch_dependents();
   if (rows_used) rows = min(rows, static_cast<int64_t>(*rows_used));
   const int64_t units = rows * K / 8;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < units;
@@ -445,7 +450,7 @@ __nv_bfloat16* rounded_x(const float* x, int64_t rows, int64_t K, const int32_t*
   auto* xb = static_cast<__nv_bfloat16*>(p);
   const int64_t units = rows * K / 8;
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((units + 255) / 256, 132 * 16));
-  round_x_bf16<<<blocks, 256, 0, s>>>(x, xb, split ? xb + rows * K : nullptr, rows, K, rows_used);
+  pdl_launch(round_x_bf16, blocks, 256, 0, s, x, xb, split ? xb + rows * K : nullptr, rows, K, rows_used);
   BLOOMERY_CUDA_CHECK_LAUNCH("tc_gemm: round x to BF16 [" + std::to_string(rows) + ", " + std::to_string(K) +
                              "]");
   return xb;
@@ -479,7 +484,7 @@ void launch(const TcArgs& a, unsigned m_tiles, unsigned splits, cudaStream_t s) 
       configured, "tc_gemm: shared memory attribute (" + std::to_string(smem_bytes<KD>(true)) + " bytes)");
   const int bytes = smem_bytes<KD>(a.xlo != nullptr);
   const dim3 grid(m_tiles, static_cast<unsigned>((a.n + kBN - 1) / kBN), splits);
-  tc_gemm_kernel<KD><<<grid, kThreads, bytes, s>>>(a);
+  pdl_launch(tc_gemm_kernel<KD>, grid, kThreads, bytes, s, a);
 }
 
 void launch_kind(const TcArgs& a, unsigned m_tiles, unsigned splits, cudaStream_t s) {
@@ -500,6 +505,8 @@ void launch_kind(const TcArgs& a, unsigned m_tiles, unsigned splits, cudaStream_
 // y = Σ_z partial[z] over the splits, in order (deterministic, unlike atomics).
 __global__ void reduce_splits(const float* __restrict__ partial, float* __restrict__ y, int64_t count,
                               int splits) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < count;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     float v = partial[i];
@@ -561,7 +568,7 @@ void tc_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int
   if (partial) {
     BLOOMERY_CUDA_CHECK_LAUNCH("tc_gemm (split K " + std::to_string(splits) + ")");
     const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((T * n + 255) / 256, 132 * 16));
-    reduce_splits<<<blocks, 256, 0, s>>>(partial, y, T * n, static_cast<int>(splits));
+    pdl_launch(reduce_splits, blocks, 256, 0, s, partial, y, T * n, static_cast<int>(splits));
     BLOOMERY_CUDA_CHECK_LAUNCH("tc_gemm: reduce " + std::to_string(splits) + " splits");
     BLOOMERY_CUDA_CHECK(cudaFreeAsync(partial, s), "tc_gemm: free split-K partials");
   }

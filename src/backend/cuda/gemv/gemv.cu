@@ -18,6 +18,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -39,6 +40,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     gemv_units(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
                float* __restrict__ y) {
   constexpr int E = Unit<W>::kElems;
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t r0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * R;
   if (r0 >= n) return;
@@ -81,6 +84,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 __global__ void __launch_bounds__(kWarps * 32)
     gemv_elements(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
                   float* __restrict__ y) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int lane = threadIdx.x & 31;
   const int64_t r = blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5);
   if (r >= n) return;
@@ -107,16 +112,16 @@ void launch_units(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
   const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
   switch (width_of(w.format)) {
     case Width::F32:
-      gemv_units<Width::F32, R><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+      pdl_launch(gemv_units<Width::F32, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
       break;
     case Width::Half:
-      gemv_units<Width::Half, R><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+      pdl_launch(gemv_units<Width::Half, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
       break;
     case Width::Fp8:
-      gemv_units<Width::Fp8, R><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+      pdl_launch(gemv_units<Width::Fp8, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
       break;
     case Width::Fp4:
-      gemv_units<Width::Fp4, R><<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+      pdl_launch(gemv_units<Width::Fp4, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
       break;
   }
 }
@@ -147,8 +152,8 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   const uint64_t stride = static_cast<uint64_t>(ks) * 32;
   const bool f16 = w.format == FormatId::F16;
   float acc[R][kGemvMaxRows] = {};
-  for (uint64_t u0 = wk * 32 + lane; u0 < units; u0 += stride * U) {
-    RawUnit<W> raw[U][R];
+  RawUnit<W> raw[U][R];
+  const auto load_batch = [&](uint64_t u0) {
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const uint64_t u = u0 + i * stride;
@@ -160,6 +165,14 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
           raw[i][j] = RawUnit<W>{};
       }
     }
+  };
+  // The first batch of weight units is read before waiting for the previous kernel (weights never change),
+  // so that read overlaps its tail (misc/pdl.cuh); x and y are touched only after the wait.
+  load_batch(wk * 32 + lane);
+  pdl_wait();
+  pdl_launch_dependents();
+  for (uint64_t u0 = wk * 32 + lane; u0 < units; u0 += stride * U) {
+    if (u0 != wk * 32 + lane) load_batch(u0);
 #pragma unroll
     for (int i = 0; i < U; ++i) {
       const uint64_t u = u0 + i * stride;
@@ -225,7 +238,7 @@ void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
   const int ks = split_ways(row_groups, w.cols / Unit<W>::kElems, kLoadsAhead<W>);
   const int64_t groups_per_block = kSplitWarps / ks;
   const unsigned blocks = static_cast<unsigned>((row_groups + groups_per_block - 1) / groups_per_block);
-  gemv_split<W, R><<<blocks, kSplitWarps * 32, 0, s>>>(w, row0, n, x, T, y, ks, e);
+  pdl_launch(gemv_split<W, R>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
 }
 
 template <int R>
@@ -284,7 +297,7 @@ void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
   const bool split = unit_path(w) && x_aligned && gemv_variant() == 2;  // the kernel with the epilogue
   if (!unit_path(w) || !x_aligned) {
     const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
-    gemv_elements<<<blocks, kWarps * 32, 0, s>>>(w, row0, n, x, T, y);
+    pdl_launch(gemv_elements, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
   } else if (split) {
     if (T <= 2)
       launch_split_width<1>(w, row0, n, x, T, y, s, e);

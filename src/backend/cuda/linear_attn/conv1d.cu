@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -15,6 +16,8 @@ namespace {
 constexpr int kConvRun = 8;
 __global__ void conv1d_k(float* __restrict__ out, const float* __restrict__ x, const float* __restrict__ w,
                          const float* __restrict__ state, int64_t T, int64_t C, int64_t K, int dil, int act) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   const int64_t P = (K - 1) * dil;
@@ -39,6 +42,8 @@ __global__ void conv1d_k(float* __restrict__ out, const float* __restrict__ x, c
 // so the in-place walk never reads a slot it already wrote.
 __global__ void conv1d_state_k(const float* __restrict__ x, float* __restrict__ state, int64_t T, int64_t C,
                                int64_t P) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (c >= C) return;
   float* S = state + c * P;
@@ -47,6 +52,8 @@ __global__ void conv1d_state_k(const float* __restrict__ x, float* __restrict__ 
 
 __global__ void gdn_gates_k(float* g, float* beta, const float* a, const float* b, const float* A_log,
                             const float* dt_bias, int64_t T, int64_t Hv) {
+  pdl_wait();
+  pdl_launch_dependents();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * Hv;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t h = i % Hv;
@@ -64,18 +71,18 @@ void causal_conv1d(float* out, const float* x, const float* w, float* state, int
       "causal_conv1d x[" + std::to_string(T) + ", " + std::to_string(C) + "] K " + std::to_string(K);
   const int64_t runs = (T + kConvRun - 1) / kConvRun;
   const dim3 grid(grid_for(C, 128), static_cast<unsigned>(runs < 65535 ? runs : 65535));
-  conv1d_k<<<grid, 128, 0, s>>>(out, x, w, state, T, C, K, dilation, act);
+  pdl_launch(conv1d_k, grid, 128, 0, s, out, x, w, state, T, C, K, dilation, act);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
   const int64_t P = (K - 1) * dilation;
   if (P == 0) return;
-  conv1d_state_k<<<grid_for(C, 128), 128, 0, s>>>(x, state, T, C, P);
+  pdl_launch(conv1d_state_k, grid_for(C, 128), 128, 0, s, x, state, T, C, P);
   BLOOMERY_CUDA_CHECK_LAUNCH(what + " state");
 }
 
 void gdn_gates(float* g, float* beta, const float* a, const float* b, const float* A_log,
                const float* dt_bias, int64_t T, int64_t Hv, cudaStream_t s) {
   if (T * Hv == 0) return;
-  gdn_gates_k<<<grid_for(T * Hv, 256), 256, 0, s>>>(g, beta, a, b, A_log, dt_bias, T, Hv);
+  pdl_launch(gdn_gates_k, grid_for(T * Hv, 256), 256, 0, s, g, beta, a, b, A_log, dt_bias, T, Hv);
   BLOOMERY_CUDA_CHECK_LAUNCH("gdn_gates [" + std::to_string(T) + ", " + std::to_string(Hv) + "]");
 }
 

@@ -12,6 +12,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -44,6 +45,8 @@ __global__ void __launch_bounds__(kStepThreads)
     gdn_step_k(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
                const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
                float* __restrict__ state, int64_t T, int64_t Hk, int64_t Hv, int dk, int dv, bool l2) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float qs[kGdnMaxDk], ks[kGdnMaxDk];
   __shared__ float red_mem[kStepRowGroups][kStepCols], red_out[kStepRowGroups][kStepCols];
   __shared__ float red_norm[kStepThreads / 32][2];
@@ -132,8 +135,8 @@ void gated_delta_rule(float* out, const float* q, const float* k, const float* v
   if (dk < 1 || dk > kGdnMaxDk || dv > kGdnMaxDv || Hk < 1 || Hv % Hk != 0)
     BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": needs dk, dv <= 128 and Hv a multiple of Hk");
   const dim3 grid(static_cast<unsigned>((dv + kStepCols - 1) / kStepCols), static_cast<unsigned>(Hv));
-  gdn_step_k<<<grid, kStepThreads, 0, s>>>(out, q, k, v, g, beta, state, T, Hk, Hv, static_cast<int>(dk),
-                                           static_cast<int>(dv), l2norm_qk);
+  pdl_launch(gdn_step_k, grid, kStepThreads, 0, s, out, q, k, v, g, beta, state, T, Hk, Hv,
+             static_cast<int>(dk), static_cast<int>(dv), l2norm_qk);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

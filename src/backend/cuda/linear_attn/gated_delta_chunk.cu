@@ -19,6 +19,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -49,6 +50,8 @@ __global__ void __launch_bounds__(kPrepThreads)
     gdn_chunk_prep_k(float* __restrict__ ws, const float* __restrict__ q, const float* __restrict__ k,
                      const float* __restrict__ v, const float* __restrict__ g, const float* __restrict__ beta,
                      int64_t T, int64_t chunk0, int64_t Hk, int64_t Hv, int dk, int dv, bool l2) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float smem[];
   const ChunkLayout lay{pad4(dk), dv};
   const int dkp = lay.dkp, ldk = dkp + 1;  // +1: rows of Ks/Qs start in different banks
@@ -214,6 +217,8 @@ template <int kCols>
 __global__ void __launch_bounds__(scan_threads<kCols>())
     gdn_chunk_scan_k(float* __restrict__ out, float* __restrict__ state, const float* __restrict__ ws,
                      int64_t T, int64_t chunk0, int64_t nchunks, int64_t Hv, int dk, int dv) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int kThreads = scan_threads<kCols>();
   extern __shared__ __align__(16) float smem[];
   const ChunkLayout lay{pad4(dk), dv};
@@ -362,8 +367,8 @@ void launch_scan(float* out, float* state, const float* ws, int64_t T, int64_t c
                            static_cast<int>(smem)),
       what + ": scan kernel shared memory " + std::to_string(smem) + " bytes");
   const dim3 grid(static_cast<unsigned>((dv + kCols - 1) / kCols), static_cast<unsigned>(Hv));
-  gdn_chunk_scan_k<kCols><<<grid, scan_threads<kCols>(), smem, s>>>(
-      out, state, ws, T, chunk0, nchunks, Hv, static_cast<int>(dk), static_cast<int>(dv));
+  pdl_launch(gdn_chunk_scan_k<kCols>, grid, scan_threads<kCols>(), smem, s, out, state, ws, T, chunk0,
+             nchunks, Hv, static_cast<int>(dk), static_cast<int>(dv));
   BLOOMERY_CUDA_CHECK_LAUNCH(what + " scan");
 }
 
@@ -389,9 +394,9 @@ void gdn_chunk_prep(float* ws, const float* q, const float* k, const float* v, c
   BLOOMERY_CUDA_CHECK(cudaFuncSetAttribute(gdn_chunk_prep_k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            static_cast<int>(smem)),
                       what + ": prep kernel shared memory " + std::to_string(smem) + " bytes");
-  gdn_chunk_prep_k<<<dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(Hv)), kPrepThreads, smem,
-                     s>>>(ws, q, k, v, g, beta, T, chunk0, Hk, Hv, static_cast<int>(dk), static_cast<int>(dv),
-                          l2norm_qk);
+  pdl_launch(gdn_chunk_prep_k, dim3(static_cast<unsigned>(nchunks), static_cast<unsigned>(Hv)), kPrepThreads,
+             smem, s, ws, q, k, v, g, beta, T, chunk0, Hk, Hv, static_cast<int>(dk), static_cast<int>(dv),
+             l2norm_qk);
   BLOOMERY_CUDA_CHECK_LAUNCH(what + " prep");
 }
 

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -16,10 +17,14 @@ constexpr int kThreads = 256;
        i += gridDim.x * static_cast<int64_t>(blockDim.x))
 
 __global__ void fill_k(float* p, int64_t n, float v) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, n) p[i] = v;
 }
 
 __global__ void binary_k(int op, float* out, const float* a, const float* b, float sc, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, n) {
     const float x = a[i], y = b[i];
     switch (op) {
@@ -39,22 +44,32 @@ __global__ void binary_k(int op, float* out, const float* a, const float* b, flo
 }
 
 __global__ void scale_k(float* out, const float* x, float s, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, n) out[i] = x[i] * s;
 }
 
 __global__ void activate_k(float* out, const float* x, int act, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, n) out[i] = act_apply(act, x[i]);
 }
 
 __global__ void epilogue_k(float* y, Epilogue e, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, n) y[i] = epilogue_apply(e.pre, e.act, e.post, y[i]);
 }
 
 __global__ void scale_rows_k(float* out, const float* x, const float* s, int64_t R, int64_t C) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, R * C) out[i] = x[i] * s[i / C];
 }
 
 __global__ void swiglu_k(float* out, const float* gate, const float* up, float limit, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, n) {
     float g = gate[i], u = up[i];
     if (limit > 0.0f) {
@@ -67,6 +82,8 @@ __global__ void swiglu_k(float* out, const float* gate, const float* up, float l
 
 __global__ void copy_cols_k(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0,
                             int64_t R, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
   GRID_STRIDE(i, R * n) {
     const int64_t r = i / n, c = i % n;
     dst[r * ds + d0 + c] = src[r * ss + s0 + c];
@@ -81,50 +98,50 @@ std::string sz(int64_t n) {
 
 void fill(float* p, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return;
-  fill_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(p, n, v);
+  pdl_launch(fill_k, grid_for(n, kThreads), kThreads, 0, s, p, n, v);
   BLOOMERY_CUDA_CHECK_LAUNCH("fill " + sz(n));
 }
 
 void binary(Binary op, float* out, const float* a, const float* b, float scalar, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  binary_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(static_cast<int>(op), out, a, b, scalar, n);
+  pdl_launch(binary_k, grid_for(n, kThreads), kThreads, 0, s, static_cast<int>(op), out, a, b, scalar, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("binary op " + std::to_string(static_cast<int>(op)) + " " + sz(n));
 }
 
 void scale(float* out, const float* x, float sc, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  scale_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, x, sc, n);
+  pdl_launch(scale_k, grid_for(n, kThreads), kThreads, 0, s, out, x, sc, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("scale " + sz(n));
 }
 
 void activate(float* out, const float* x, int act, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  activate_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, x, act, n);
+  pdl_launch(activate_k, grid_for(n, kThreads), kThreads, 0, s, out, x, act, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("activate " + sz(n));
 }
 
 void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s) {
   if (n == 0 || e.none()) return;
-  epilogue_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(y, e, n);
+  pdl_launch(epilogue_k, grid_for(n, kThreads), kThreads, 0, s, y, e, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("epilogue " + sz(n));
 }
 
 void scale_rows(float* out, const float* x, const float* sc, int64_t R, int64_t C, cudaStream_t s) {
   if (R * C == 0) return;
-  scale_rows_k<<<grid_for(R * C, kThreads), kThreads, 0, s>>>(out, x, sc, R, C);
+  pdl_launch(scale_rows_k, grid_for(R * C, kThreads), kThreads, 0, s, out, x, sc, R, C);
   BLOOMERY_CUDA_CHECK_LAUNCH("scale_rows [" + std::to_string(R) + ", " + std::to_string(C) + "]");
 }
 
 void swiglu(float* out, const float* gate, const float* up, float limit, int64_t n, cudaStream_t s) {
   if (n == 0) return;
-  swiglu_k<<<grid_for(n, kThreads), kThreads, 0, s>>>(out, gate, up, limit, n);
+  pdl_launch(swiglu_k, grid_for(n, kThreads), kThreads, 0, s, out, gate, up, limit, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("swiglu " + sz(n));
 }
 
 void copy_cols(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0, int64_t R,
                int64_t n, cudaStream_t s) {
   if (R * n == 0) return;
-  copy_cols_k<<<grid_for(R * n, kThreads), kThreads, 0, s>>>(dst, ds, d0, src, ss, s0, R, n);
+  pdl_launch(copy_cols_k, grid_for(R * n, kThreads), kThreads, 0, s, dst, ds, d0, src, ss, s0, R, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("copy_cols [" + std::to_string(R) + ", " + std::to_string(n) + "]");
 }
 

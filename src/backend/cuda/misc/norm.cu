@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -13,6 +14,8 @@ constexpr int kThreads = 256;
 
 __global__ void rms_norm_k(float* out, const float* x, const float* w, float eps, int kind, int64_t group,
                            int64_t groups_per_row, bool w_per_group) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[33];
   const int64_t g = blockIdx.x;
   const float* xg = x + g * group;
@@ -30,6 +33,8 @@ __global__ void rms_norm_k(float* out, const float* x, const float* w, float eps
 
 __global__ void rms_norm_gated_k(float* out, const float* x, const float* z, const float* w, float eps,
                                  int act, int64_t group) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[33];
   const int64_t g = blockIdx.x;
   const float* xg = x + g * group;
@@ -45,6 +50,8 @@ __global__ void rms_norm_gated_k(float* out, const float* x, const float* z, con
 
 __global__ void layer_norm_k(float* out, const float* x, const float* w, const float* b, float eps,
                              int64_t C) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[33];
   const float* xr = x + blockIdx.x * C;
   float sum = 0.0f;
@@ -67,16 +74,16 @@ int threads_for(int64_t group) {
 void rms_norm(float* out, const float* x, const float* w, float eps, int kind, int64_t groups, int64_t group,
               int64_t groups_per_row, bool w_per_group, cudaStream_t s) {
   if (groups == 0) return;
-  rms_norm_k<<<static_cast<unsigned>(groups), threads_for(group), 0, s>>>(out, x, w, eps, kind, group,
-                                                                          groups_per_row, w_per_group);
+  pdl_launch(rms_norm_k, static_cast<unsigned>(groups), threads_for(group), 0, s, out, x, w, eps, kind, group,
+             groups_per_row, w_per_group);
   BLOOMERY_CUDA_CHECK_LAUNCH("rms_norm groups " + std::to_string(groups) + " × " + std::to_string(group));
 }
 
 void rms_norm_gated(float* out, const float* x, const float* z, const float* w, float eps, int act,
                     int64_t groups, int64_t group, cudaStream_t s) {
   if (groups == 0) return;
-  rms_norm_gated_k<<<static_cast<unsigned>(groups), threads_for(group), 0, s>>>(out, x, z, w, eps, act,
-                                                                                group);
+  pdl_launch(rms_norm_gated_k, static_cast<unsigned>(groups), threads_for(group), 0, s, out, x, z, w, eps,
+             act, group);
   BLOOMERY_CUDA_CHECK_LAUNCH("rms_norm_gated groups " + std::to_string(groups) + " × " +
                              std::to_string(group));
 }
@@ -84,7 +91,7 @@ void rms_norm_gated(float* out, const float* x, const float* z, const float* w, 
 void layer_norm(float* out, const float* x, const float* w, const float* b, float eps, int64_t R, int64_t C,
                 cudaStream_t s) {
   if (R == 0) return;
-  layer_norm_k<<<static_cast<unsigned>(R), threads_for(C), 0, s>>>(out, x, w, b, eps, C);
+  pdl_launch(layer_norm_k, static_cast<unsigned>(R), threads_for(C), 0, s, out, x, w, b, eps, C);
   BLOOMERY_CUDA_CHECK_LAUNCH("layer_norm [" + std::to_string(R) + ", " + std::to_string(C) + "]");
 }
 

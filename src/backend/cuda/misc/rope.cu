@@ -5,12 +5,15 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
 
 __global__ void rope_k(float* x, const int64_t* pos, const float* inv_freq, int64_t H, int64_t hd, int rot,
                        bool interleaved) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t t = blockIdx.x;
   const int half = rot / 2;
   for (int64_t e = threadIdx.x; e < H * half; e += blockDim.x) {
@@ -32,7 +35,7 @@ __global__ void rope_k(float* x, const int64_t* pos, const float* inv_freq, int6
 void rope(float* x, const int64_t* pos, const float* inv_freq, int64_t T, int64_t H, int64_t hd, int rot,
           bool interleaved, cudaStream_t s) {
   if (T == 0) return;
-  rope_k<<<static_cast<unsigned>(T), 256, 0, s>>>(x, pos, inv_freq, H, hd, rot, interleaved);
+  pdl_launch(rope_k, static_cast<unsigned>(T), 256, 0, s, x, pos, inv_freq, H, hd, rot, interleaved);
   BLOOMERY_CUDA_CHECK_LAUNCH("rope x[" + std::to_string(T) + ", " + std::to_string(H) + ", " +
                              std::to_string(hd) + "] rot " + std::to_string(rot));
 }

@@ -22,6 +22,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/moe/moe_kernels.h"
 #include "backend/cuda/weight_access.cuh"
 
@@ -64,6 +65,8 @@ template <Width W, int G, int R>
 __global__ void __launch_bounds__(kWarps * 32)
     gate_up_k(MoeTable tab, const int32_t* __restrict__ ids, int k, const float* __restrict__ x, int64_t I,
               float limit, float* __restrict__ h) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int U = Unit<W>::kElems, L = 32 / G;
   const int lane = threadIdx.x & 31, sub = lane % L;
   const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G * R;
@@ -114,6 +117,8 @@ template <Width W, int G, int R>
 __global__ void __launch_bounds__(kWarps * 32)
     down_k(MoeTable tab, const int32_t* __restrict__ ids, const float* __restrict__ h, int64_t I, int64_t D,
            float* __restrict__ y) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int U = Unit<W>::kElems, L = 32 / G;
   const int lane = threadIdx.x & 31, sub = lane % L;
   const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G * R;
@@ -198,6 +203,8 @@ template <Width W, int G>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocksGateUp<W>)
     gate_up_v2(MoeTable tab, const int32_t* __restrict__ ids, int k, const float* __restrict__ x, int64_t I,
                float limit, float* __restrict__ h) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int E = Unit<W>::kElems, L = 32 / G, A = kAheadGateUp<W>;
   const int lane = threadIdx.x & 31, sub = lane % L;
   const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G;
@@ -257,6 +264,8 @@ template <Width W, int G>
 __global__ void __launch_bounds__(kWarps * 32, kMinBlocksDown<W>)
     down_v2(MoeTable tab, const int32_t* __restrict__ ids, const float* __restrict__ h, int64_t I, int64_t D,
             float* __restrict__ y) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int E = Unit<W>::kElems, L = 32 / G, A = kAheadDown<W>;
   const int lane = threadIdx.x & 31, sub = lane % L;
   const int64_t warp_row0 = (blockIdx.x * static_cast<int64_t>(kWarps) + (threadIdx.x >> 5)) * G;
@@ -301,6 +310,8 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksDown<W>)
 __global__ void combine_k(float* __restrict__ out, const float* __restrict__ y,
                           const int32_t* __restrict__ pos, const float* __restrict__ wts, int64_t T, int k,
                           int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t n = T * D;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -341,7 +352,7 @@ void launch_gate_up(const MoeTable& tab, const int32_t* ids, int64_t P, int k, c
   constexpr int R = kGateUpRows<G>;
   const int64_t per_block = static_cast<int64_t>(kWarps) * G * R;
   const dim3 grid(static_cast<unsigned>((I + per_block - 1) / per_block), static_cast<unsigned>(P));
-  gate_up_k<W, G, R><<<grid, kWarps * 32, 0, s>>>(tab, ids, k, x, I, limit, h);
+  pdl_launch(gate_up_k<W, G, R>, grid, kWarps * 32, 0, s, tab, ids, k, x, I, limit, h);
 }
 
 template <Width W, int G>
@@ -350,7 +361,7 @@ void launch_down(const MoeTable& tab, const int32_t* ids, int64_t P, const float
   constexpr int R = kDownRows<G>;
   const int64_t per_block = static_cast<int64_t>(kWarps) * G * R;
   const dim3 grid(static_cast<unsigned>((D + per_block - 1) / per_block), static_cast<unsigned>(P));
-  down_k<W, G, R><<<grid, kWarps * 32, 0, s>>>(tab, ids, h, I, D, y);
+  pdl_launch(down_k<W, G, R>, grid, kWarps * 32, 0, s, tab, ids, h, I, D, y);
 }
 
 template <Width W, int G>
@@ -358,7 +369,7 @@ void launch_gate_up_v2(const MoeTable& tab, const int32_t* ids, int64_t P, int k
                        float limit, float* h, cudaStream_t s) {
   const int64_t per_block = static_cast<int64_t>(kWarps) * G;
   const dim3 grid(static_cast<unsigned>((I + per_block - 1) / per_block), static_cast<unsigned>(P));
-  gate_up_v2<W, G><<<grid, kWarps * 32, 0, s>>>(tab, ids, k, x, I, limit, h);
+  pdl_launch(gate_up_v2<W, G>, grid, kWarps * 32, 0, s, tab, ids, k, x, I, limit, h);
 }
 
 template <Width W, int G>
@@ -366,7 +377,7 @@ void launch_down_v2(const MoeTable& tab, const int32_t* ids, int64_t P, const fl
                     float* y, cudaStream_t s) {
   const int64_t per_block = static_cast<int64_t>(kWarps) * G;
   const dim3 grid(static_cast<unsigned>((D + per_block - 1) / per_block), static_cast<unsigned>(P));
-  down_v2<W, G><<<grid, kWarps * 32, 0, s>>>(tab, ids, h, I, D, y);
+  pdl_launch(down_v2<W, G>, grid, kWarps * 32, 0, s, tab, ids, h, I, D, y);
 }
 
 int variant_from_env() {
@@ -412,6 +423,8 @@ std::string pairs_shape(int64_t P, int64_t n, int64_t K) {
 
 template <Width W>
 __global__ void decode_all_k(DeviceWeight w, bool fast, float* __restrict__ out) {
+  pdl_wait();
+  pdl_launch_dependents();
   constexpr int U = Unit<W>::kElems;
   const uint64_t units = w.cols / U, n = blockIdx.x;
   for (uint64_t q = threadIdx.x; q < units; q += blockDim.x) {
@@ -442,16 +455,16 @@ void moe_decode_units(const DeviceWeight& w, bool fast, float* out, cudaStream_t
   const unsigned blocks = static_cast<unsigned>(w.rows);
   switch (width_of(w.format)) {
     case Width::F32:
-      decode_all_k<Width::F32><<<blocks, 128, 0, s>>>(w, fast, out);
+      pdl_launch(decode_all_k<Width::F32>, blocks, 128, 0, s, w, fast, out);
       break;
     case Width::Half:
-      decode_all_k<Width::Half><<<blocks, 128, 0, s>>>(w, fast, out);
+      pdl_launch(decode_all_k<Width::Half>, blocks, 128, 0, s, w, fast, out);
       break;
     case Width::Fp8:
-      decode_all_k<Width::Fp8><<<blocks, 128, 0, s>>>(w, fast, out);
+      pdl_launch(decode_all_k<Width::Fp8>, blocks, 128, 0, s, w, fast, out);
       break;
     case Width::Fp4:
-      decode_all_k<Width::Fp4><<<blocks, 128, 0, s>>>(w, fast, out);
+      pdl_launch(decode_all_k<Width::Fp4>, blocks, 128, 0, s, w, fast, out);
       break;
   }
   BLOOMERY_CUDA_CHECK_LAUNCH("moe_decode_units " +
@@ -502,7 +515,7 @@ void moe_combine(float* out, const float* y, const int32_t* pos, const float* wt
   if (n == 0) return;
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 4096);
-  combine_k<<<static_cast<unsigned>(blocks), kThreads, 0, s>>>(out, y, pos, wts, T, k, D);
+  pdl_launch(combine_k, static_cast<unsigned>(blocks), kThreads, 0, s, out, y, pos, wts, T, k, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("moe_combine [" + std::to_string(T) + ", " + std::to_string(k) + ", " +
                              std::to_string(D) + "]");
 }

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/moe/moe_kernels.h"
 
 namespace bloomery::cuda {
@@ -14,6 +15,8 @@ constexpr int kThreads = 256;
 constexpr int kScanThreads = 1024;
 
 __global__ void count_k(const int32_t* __restrict__ ids, int64_t P, int64_t E, int32_t* counts) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (p >= P) return;
   const int32_t e = ids[p];
@@ -24,6 +27,8 @@ __global__ void count_k(const int32_t* __restrict__ ids, int64_t P, int64_t E, i
 // writes its run's exclusive offsets. offsets[E] = total.
 __global__ void __launch_bounds__(kScanThreads)
     scan_k(const int32_t* __restrict__ counts, int64_t E, int32_t* __restrict__ offsets) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ int32_t part[kScanThreads];
   const int64_t per = (E + kScanThreads - 1) / kScanThreads;
   const int64_t b = threadIdx.x * per, end = b + per < E ? b + per : E;
@@ -48,6 +53,8 @@ __global__ void __launch_bounds__(kScanThreads)
 __global__ void place_k(const int32_t* __restrict__ ids, int64_t P, int k, int64_t E,
                         const int32_t* __restrict__ offsets, int32_t* cursor, int32_t* __restrict__ rows,
                         int32_t* __restrict__ pos) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t p = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (p >= P) return;
   const int32_t e = ids[p];
@@ -63,6 +70,8 @@ __global__ void place_k(const int32_t* __restrict__ ids, int64_t P, int k, int64
 __global__ void gather_k(float* __restrict__ xs, const float* __restrict__ x,
                          const int32_t* __restrict__ rows, const int32_t* __restrict__ offsets, int64_t E,
                          int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x;
   if (i >= offsets[E]) return;
   const float* src = x + static_cast<int64_t>(rows[i]) * D;
@@ -82,13 +91,13 @@ void moe_group(const int32_t* ids, int64_t P, int k, int64_t E, int32_t* counts,
   BLOOMERY_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<size_t>(E) * 4, s), what);
   BLOOMERY_CUDA_CHECK(cudaMemsetAsync(cursor, 0, static_cast<size_t>(E) * 4, s), what);
   if (P > 0) {
-    count_k<<<blocks_for(P), kThreads, 0, s>>>(ids, P, E, counts);
+    pdl_launch(count_k, blocks_for(P), kThreads, 0, s, ids, P, E, counts);
     BLOOMERY_CUDA_CHECK_LAUNCH(what + " (count)");
   }
-  scan_k<<<1, kScanThreads, 0, s>>>(counts, E, offsets);
+  pdl_launch(scan_k, 1, kScanThreads, 0, s, counts, E, offsets);
   BLOOMERY_CUDA_CHECK_LAUNCH(what + " (scan)");
   if (P > 0) {
-    place_k<<<blocks_for(P), kThreads, 0, s>>>(ids, P, k, E, offsets, cursor, rows, pos);
+    pdl_launch(place_k, blocks_for(P), kThreads, 0, s, ids, P, k, E, offsets, cursor, rows, pos);
     BLOOMERY_CUDA_CHECK_LAUNCH(what + " (place)");
   }
 }
@@ -96,7 +105,7 @@ void moe_group(const int32_t* ids, int64_t P, int k, int64_t E, int32_t* counts,
 void moe_gather_rows(float* xs, const float* x, const int32_t* rows, const int32_t* offsets, int64_t E,
                      int64_t P, int64_t D, cudaStream_t s) {
   if (P == 0 || D == 0) return;
-  gather_k<<<static_cast<unsigned>(P), kThreads, 0, s>>>(xs, x, rows, offsets, E, D);
+  pdl_launch(gather_k, static_cast<unsigned>(P), kThreads, 0, s, xs, x, rows, offsets, E, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("moe_gather_rows pairs " + std::to_string(P) + " D " + std::to_string(D));
 }
 

@@ -6,6 +6,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -14,6 +15,8 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads)
     router_k(int32_t* ids, float* weights, const float* logits, int64_t E, int k, bool renormalize) {
+  pdl_wait();
+  pdl_launch_dependents();
   extern __shared__ float p[];  // E floats
   __shared__ float red[33];
   __shared__ float best_v[kThreads / 32];
@@ -65,12 +68,16 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 __global__ void gather_tokens_k(float* xs, const float* x, const int32_t* rows, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x;
   for (int64_t c = threadIdx.x; c < D; c += blockDim.x) xs[i * D + c] = x[rows[i] * D + c];
 }
 
 __global__ void scatter_add_k(float* out, const float* ys, const int32_t* rows, const int32_t* slots,
                               const float* wts, int64_t D) {
+  pdl_wait();
+  pdl_launch_dependents();
   const int64_t i = blockIdx.x;
   const float w = wts[slots[i]];
   for (int64_t c = threadIdx.x; c < D; c += blockDim.x) out[rows[i] * D + c] += ys[i * D + c] * w;
@@ -84,21 +91,21 @@ void route_softmax_topk(int32_t* ids, float* weights, const float* logits, int64
                            "] k " + std::to_string(k);
   if (k > 64) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": top_k > 64");
   if (T == 0) return;
-  router_k<<<static_cast<unsigned>(T), kThreads, E * sizeof(float), s>>>(ids, weights, logits, E, k,
-                                                                         renormalize);
+  pdl_launch(router_k, static_cast<unsigned>(T), kThreads, E * sizeof(float), s, ids, weights, logits, E, k,
+             renormalize);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 
 void gather_tokens(float* xs, const float* x, const int32_t* rows, int64_t count, int64_t D, cudaStream_t s) {
   if (count == 0) return;
-  gather_tokens_k<<<static_cast<unsigned>(count), 256, 0, s>>>(xs, x, rows, D);
+  pdl_launch(gather_tokens_k, static_cast<unsigned>(count), 256, 0, s, xs, x, rows, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("moe gather_tokens [" + std::to_string(count) + ", " + std::to_string(D) + "]");
 }
 
 void scatter_add_scaled(float* out, const float* ys, const int32_t* rows, const int32_t* slots,
                         const float* wts, int64_t count, int64_t D, cudaStream_t s) {
   if (count == 0) return;
-  scatter_add_k<<<static_cast<unsigned>(count), 256, 0, s>>>(out, ys, rows, slots, wts, D);
+  pdl_launch(scatter_add_k, static_cast<unsigned>(count), 256, 0, s, out, ys, rows, slots, wts, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("moe scatter_add [" + std::to_string(count) + ", " + std::to_string(D) + "]");
 }
 

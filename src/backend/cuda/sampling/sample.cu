@@ -9,6 +9,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -47,6 +48,8 @@ __device__ int block_argmax(const float* v, int64_t V, float* sv, int* si) {
 
 __global__ void __launch_bounds__(kThreads)
     sample_k(int32_t* ids, const float* logits, int64_t V, SampleParams sp, float* scratch) {
+  pdl_wait();
+  pdl_launch_dependents();
   __shared__ float red[33];
   __shared__ float sv[32];
   __shared__ int si[32];
@@ -154,7 +157,7 @@ __global__ void __launch_bounds__(kThreads)
 void sample(int32_t* ids, const float* logits, int64_t R, int64_t V, const SampleParams& p, float* scratch,
             cudaStream_t s) {
   if (R == 0) return;
-  sample_k<<<static_cast<unsigned>(R), kThreads, 0, s>>>(ids, logits, V, p, scratch);
+  pdl_launch(sample_k, static_cast<unsigned>(R), kThreads, 0, s, ids, logits, V, p, scratch);
   BLOOMERY_CUDA_CHECK_LAUNCH("sample logits[" + std::to_string(R) + ", " + std::to_string(V) + "]");
 }
 
