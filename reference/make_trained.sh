@@ -2,10 +2,11 @@
 # The one command that retrains the three tiny trained models and rewrites tests/fixtures/trained/
 # (reference/trained/, docs/accuracy.md). Needs python3 with torch 2.11, transformers 5.17, tokenizers 0.23.2,
 # numpy and one CUDA device (the GPU machine's image; no network).
-#   [FAMILIES="qwen4_exp ..."] [MAX_SECONDS=S] [MASTER_DIR=D] [FROM_MASTER_DIR=D] bash reference/make_trained.sh OUT_DIR [--smoke]
+#   [FAMILIES="qwen4_exp ..."] [MAX_SECONDS=S] [MASTER_DIR=D] [FROM_MASTER_DIR=D] [LAYOUTS=l1,l2] bash reference/make_trained.sh OUT_DIR [--smoke]
 # FAMILIES: which families (default all three); MAX_SECONDS: training wall budget per family (train.py default
 # 200); MASTER_DIR: where each trained master is saved before export (default OUT_DIR/masters; master-<family>.npz);
-# FROM_MASTER_DIR: skip training and export the masters saved there (an export that failed or was cut off).
+# FROM_MASTER_DIR: skip training and export the masters saved there (an export that failed or was cut off);
+# LAYOUTS: only these layouts (a golden that was cut off; the summary json is then left as it is).
 # The three families train at once, one process each, on the one device (each takes ~1/3 of the card; the
 # models are tiny and launch-bound). Writes OUT_DIR/gen/tests/fixtures/trained/... and OUT_DIR/trained-<family>.tar.
 # Unpack into a checkout with:  for t in OUT_DIR/trained-*.tar; do tar -C <repo> -xf "$t"; done
@@ -33,6 +34,7 @@ args=()
 [ "$MODE" = "--smoke" ] && args+=(--smoke)
 [ -n "$MODE" ] && [ "$MODE" != "--smoke" ] && { echo "FAIL unknown option '$MODE' (expected --smoke or nothing)"; exit 2; }
 [ -n "${MAX_SECONDS:-}" ] && args+=(--max-seconds "$MAX_SECONDS")
+[ -n "${LAYOUTS:-}" ] && args+=(--layouts "$LAYOUTS")
 [ "$MODE" = "--smoke" ] || args+=(--save-master "$MASTER_DIR")
 pids=()
 for fam in $FAMS; do

@@ -6,7 +6,8 @@ the goldens (transformers' f32 forward) still need the GPU machine, so this writ
 
 TOKENIZER_JSON: the family's trained tokenizer.json. The BPE is trained on the same chapters with the same
 specials for both Qwen families (train.train_tokenizer), so the committed qwen3_next one serves qwen4_exp.
-The folders land in OUT_ROOT/tests/fixtures/trained/<family>-<layout>; the engine's perplexity on them must
+The folders land in OUT_ROOT/tests/fixtures/models/<family>-<layout> (gen.write_folder; move them to
+tests/fixtures/trained); the engine's perplexity on them must
 equal the PPL that train.py logged for the master (the check that the export is the one the device made)."""
 
 import argparse
@@ -26,6 +27,14 @@ from fixtures import layouts as LY  # noqa: E402
 from . import train as T  # noqa: E402  (load_master, folder_bytes: numpy only)
 
 
+# In fixtures/models.py's order (VOCAB + 100 onwards).
+MULTIMODAL_IDS = {
+    "qwen4_exp": ("image_token_id", "video_token_id", "vision_start_token_id", "vision_end_token_id"),
+    "glm5_next": ("image_token_id", "video_token_id", "image_start_token_id", "image_end_token_id",
+                  "video_start_token_id", "video_end_token_id"),
+}
+
+
 def config_from_template(folder):
     """gen.config_dict without transformers: config.json of a committed random fixture of the same family and
     layout (transformers' own serialisation of the same config class), with every key the fixtures' config
@@ -42,6 +51,11 @@ def config_from_template(folder):
             if k in text and text[k] != v:
                 print(f"  config {k}: {text[k]} -> {v}")
                 text[k] = v
+        # The vision token ids sit past the text vocabulary (fixtures/models.py: VOCAB + 100, ...); the template's
+        # count from the random fixtures' vocabulary, so they are moved to the trained one's.
+        for i, k in enumerate(MULTIMODAL_IDS.get(family, ())):
+            if k in d:
+                d[k] = C.VOCAB + 100 + i
         if qc is not None:
             d["quantization_config"] = qc
             if family == "qwen4_exp":

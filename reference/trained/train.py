@@ -501,6 +501,8 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--save-master", metavar="DIR", help="write the trained weights to DIR/master-<family>.npz")
     ap.add_argument("--from-master", metavar="FILE", help="skip training: export and score this saved master")
+    ap.add_argument("--layouts", metavar="L1,L2", help="export and score only these layouts (with --from-master: a "
+                    "golden that was cut off); the family's summary json is then not rewritten")
     a = ap.parse_args()
     fam = a.family
     M.setup_env()
@@ -597,7 +599,9 @@ def main():
                    "params_draft": n_draft, "train_tokens": int(len(stream)), "heldout_tokens": len(held_ids),
                    "final_loss": hist[-1][1], "final_draft_loss": hist[-1][2], "layouts": {}}
         n_layers = cfg.num_hidden_layers
-        for lay in TC.LAYOUTS[fam]:
+        layouts = TC.LAYOUTS[fam] if not a.layouts else a.layouts.split(",")
+        check(set(layouts) <= set(TC.LAYOUTS[fam]), f"[{fam}] --layouts {a.layouts}: known {TC.LAYOUTS[fam]}")
+        for lay in layouts:
             stored, qlayers = LY.encode(fam, lay, ck)
             folder = G.write_folder(fam, lay, stored, qlayers, tk_json, out_root)
             deq = LY.decode(fam, G.read_back(folder, lay))
@@ -623,9 +627,10 @@ def main():
             summary["layouts"][lay]["folder_bytes"] = sz
             check(sz <= 3.5e6, f"[{fam}-{lay}] folder size {sz / 1e6:.2f} MB <= 3.5 MB")
             del lmodel, lmods
-        with open(os.path.join(logdir, f"{fam}.json"), "w") as f:
-            json.dump(summary, f, indent=2, sort_keys=True)
-            f.write("\n")
+        if not a.layouts:  # a partial run would drop the other layouts' numbers
+            with open(os.path.join(logdir, f"{fam}.json"), "w") as f:
+                json.dump(summary, f, indent=2, sort_keys=True)
+                f.write("\n")
     except Exception:
         check(False, f"[{fam}] exception:\n{traceback.format_exc()}")
     say(f"[{fam}] done in {time.time() - t_all:.1f}s: {'FAIL' if FAILS else 'PASS'}")
