@@ -44,8 +44,10 @@ double since(Clock::time_point t0) {
 }
 
 // The --ab knobs and the row suffix of each one's candidate (run_bench switches them on a CUDA backend).
-const std::map<std::string, std::string> kAbCandidates{
-    {"gemv", "gemv2"}, {"eager-zero", "lazy-zero"}, {"epilogue", "fused"}, {"gemm-lib", "cublaslt"}, {"moe", "moe2"}, {"pdl", "pdl"}};
+const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},     {"eager-zero", "lazy-zero"},
+                                                       {"epilogue", "fused"}, {"gemm-lib", "cublaslt"},
+                                                       {"moe", "moe2"},       {"pdl", "pdl"},
+                                                       {"gemv-x", "x-once"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -197,9 +199,13 @@ int run_bench(int argc, char** argv) {
          "(BLOOMERY_CUDA_FUSE_EPILOGUE=0) against fused into the GEMV, rows 'tgN' and 'tgN+fused'; "
          "'gemm-lib' BF16 prompt products on the project's tensor-core kernel (the default) "
          "against cuBLASLt (BLOOMERY_CUDA_GEMM_LIB=1), rows 'ppN'/'tgN' and 'ppN+cublaslt'/'tgN+cublaslt'; "
-         "'moe' the routed-expert decode kernel variant 1 (BLOOMERY_CUDA_MOE_DECODE=1) against 2, rows 'tgN' and "
-         "'tgN+moe2'; 'pdl' kernels in stream order (BLOOMERY_CUDA_PDL=0) against programmatic dependent launch, "
-         "rows 'tgN' and 'tgN+pdl'. pp rows alternate too")
+         "'moe' the routed-expert decode kernel variant 1 (BLOOMERY_CUDA_MOE_DECODE=1) against 2, rows 'tgN' "
+         "and "
+         "'tgN+moe2'; 'pdl' kernels in stream order (BLOOMERY_CUDA_PDL=0) against programmatic dependent "
+         "launch, "
+         "rows 'tgN' and 'tgN+pdl'; 'gemv-x' the multi-row GEMV reloading x per weight row "
+         "(BLOOMERY_CUDA_GEMV_X_ONCE=0) "
+         "against once per warp, rows 'tgN' and 'tgN+x-once'. pp rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -370,6 +376,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_moe_decode_variant(candidate ? 2 : 1); };
       else if (ab_knob == "eager-zero")
         hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
+      else if (ab_knob == "gemv-x")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_x_once(candidate); };
       else if (ab_knob == "pdl")
         hooks.set_ab = [](bool candidate) { cuda::set_pdl(candidate); };
       else if (ab_knob == "epilogue")

@@ -113,6 +113,26 @@ TEST_F(CudaLinear, FusedEpilogueEqualsSeparateOps) {
   }
 }
 
+// Loading x once per warp for all of its weight rows (3-8 rows of x) changes the loads, not the sums: the
+// same bits as reloading it per row, in every weight width and with a partial last row group.
+TEST_F(CudaLinear, GemvXOnceEqualsPerRowLoads) {
+  for (auto [f, n, k] : {std::tuple{FormatId::BF16, 330, 2560}, std::tuple{FormatId::NVFP4, 642, 2560},
+                         std::tuple{FormatId::MXFP8, 257, 1024}, std::tuple{FormatId::FP8_BLOCK, 300, 2560}}) {
+    auto s = make_stored(f, n, k, rng_);
+    Weight wg = gpu_->upload_stored("w", {n, k}, s->wb);
+    for (int64_t T : {3, 5, 8}) {
+      Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
+      Tensor once = gpu_->alloc({T, n}), per_row = gpu_->alloc({T, n});
+      cuda::set_gemv_x_once(false);
+      gpu_->matmul_epilogue(per_row, x, wg, {.pre = 0.5f, .act = Act::Silu});
+      cuda::set_gemv_x_once(true);
+      gpu_->matmul_epilogue(once, x, wg, {.pre = 0.5f, .act = Act::Silu});
+      expect_close(gpu_->download(once), gpu_->download(per_row), 0, 0,
+                   std::string(format_name(f)) + " T=" + std::to_string(T));
+    }
+  }
+}
+
 TEST_F(CudaLinear, GatherRowsStored) {
   for (FormatId f : {FormatId::BF16, FormatId::NVFP4, FormatId::MXFP8}) {
     auto s = make_stored(f, 4096, 2560, rng_);
@@ -240,6 +260,34 @@ TEST_F(CudaLinear, GemvBandwidth) {
                   std::string(format_name(cs.f)).c_str(), static_cast<long long>(cs.n),
                   static_cast<long long>(cs.k), static_cast<long long>(T), per * 1e3,
                   bytes / (per * 1e-3) / 1e9);
+      cudaEventDestroy(a), cudaEventDestroy(b);
+    }
+  }
+  // The full-size qwen4_exp decode shapes ([out, in] as the step runs them, T = 1): BF16 in the nvidia layout,
+  // MXFP8 in the FP4-Local (qad) one. Back-to-back launches of one shape approximate its time inside a step's
+  // graph; the gap to the isolated rate above is what short rows and few rows cost.
+  for (FormatId f : {FormatId::BF16, FormatId::MXFP8}) {
+    for (const auto& [n, k] :
+         std::vector<std::pair<int64_t, int64_t>>{{2560, 6144}, {10240, 2560}, {6144, 2560}, {12288, 2560},
+                                                  {320, 10240}, {10240, 320}, {640, 2560}, {512, 2560},
+                                                  {2560, 640}, {48, 2560}, {4, 10240}, {1, 2560}}) {
+      auto s = make_stored(f, n, k, rng_);
+      Weight wg = gpu_->upload_stored("shape", {n, k}, s->wb);
+      const double bytes = static_cast<double>(s->main.size() + s->scales.size() + s->grid.size() * 4);
+      Tensor x = gpu_->upload(randn(k), {1, k}), y = gpu_->alloc({1, n});
+      gpu_->matmul(y, x, wg);
+      cudaEvent_t a, b;
+      cudaEventCreate(&a), cudaEventCreate(&b);
+      constexpr int kIters = 200;
+      cudaEventRecord(a);
+      for (int i = 0; i < kIters; ++i) gpu_->matmul(y, x, wg);
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      const double per = ms / kIters;
+      std::printf("[gemv-shape] %s [%lld, %lld] T=1: %.2f us, %.0f GB/s\n", std::string(format_name(f)).c_str(),
+                  static_cast<long long>(n), static_cast<long long>(k), per * 1e3, bytes / (per * 1e-3) / 1e9);
       cudaEventDestroy(a), cudaEventDestroy(b);
     }
   }

@@ -34,6 +34,10 @@ void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s);
 // BLOOMERY_CUDA_GEMV picks it at start, set_gemv_variant between steps for A/B measurements).
 int gemv_variant();
 void set_gemv_variant(int v);
+// Variant 2 with several weight rows per warp (3-8 rows of x): each x element loaded once for all of the
+// warp's weight rows (on unless BLOOMERY_CUDA_GEMV_X_ONCE=0; the same sums in the same order either way).
+bool gemv_x_once();
+void set_gemv_x_once(bool on);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

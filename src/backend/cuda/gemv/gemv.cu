@@ -11,11 +11,13 @@
 //     the unit's scale applied once to its 16-element partial sum (NVFP4's global once to the row's sum): the
 //     f32 arithmetic per element falls from three multiplies and an FMA to one FMA, which keeps FP4 rows
 //     memory-bound. The weights are the stored ones; only the summation order differs from variant 1.
+//     With R rows per warp (3-8 rows of x) each x float4 is loaded once for all R (gemv_x_once()).
 #include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
@@ -136,7 +138,7 @@ constexpr int kSplitWarps = 8;  // warps per block of gemv_split
 template <Width W>
 constexpr int kLoadsAhead = W == Width::Fp4 ? 4 : 2;
 
-template <Width W, int R>
+template <Width W, int R, bool kXOnce>
 __global__ void __launch_bounds__(kSplitWarps * 32)
     gemv_split(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
                float* __restrict__ y, int ks, Epilogue e) {
@@ -177,6 +179,33 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
     for (int i = 0; i < U; ++i) {
       const uint64_t u = u0 + i * stride;
       if (u >= units) break;
+      if constexpr (kXOnce) {
+        // Each x float4 is loaded once for all R rows (x traffic R times smaller; the same sums, same order).
+        float v[R][E];
+#pragma unroll
+        for (int j = 0; j < R; ++j) unscaled_unit<W>(raw[i][j], f16, v[j]);
+#pragma unroll
+        for (int t = 0; t < kGemvMaxRows; ++t) {
+          if (t >= T) break;
+          const float4* xr = reinterpret_cast<const float4*>(x + t * K + u * E);
+          float p[R] = {};
+#pragma unroll
+          for (int e = 0; e < E / 4; ++e) {
+            const float4 q = __ldg(xr + e);
+#pragma unroll
+            for (int j = 0; j < R; ++j) {
+              p[j] = fmaf(v[j][4 * e], q.x, p[j]);
+              p[j] = fmaf(v[j][4 * e + 1], q.y, p[j]);
+              p[j] = fmaf(v[j][4 * e + 2], q.z, p[j]);
+              p[j] = fmaf(v[j][4 * e + 3], q.w, p[j]);
+            }
+          }
+#pragma unroll
+          for (int j = 0; j < R; ++j)
+            acc[j][t] = kScaled ? fmaf(raw[i][j].s, p[j], acc[j][t]) : acc[j][t] + p[j];
+        }
+        continue;
+      }
 #pragma unroll
       for (int j = 0; j < R; ++j) {
         float v[E];
@@ -234,11 +263,14 @@ int split_ways(int64_t row_groups, uint64_t units, int U) {
 template <Width W, int R>
 void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
                   cudaStream_t s, const Epilogue& e) {
+  auto* kernel = gemv_split<W, R, false>;
+  if constexpr (R > 1)  // one row per warp has nothing to share
+    if (gemv_x_once()) kernel = gemv_split<W, R, true>;
   const int64_t row_groups = (n + R - 1) / R;
   const int ks = split_ways(row_groups, w.cols / Unit<W>::kElems, kLoadsAhead<W>);
   const int64_t groups_per_block = kSplitWarps / ks;
   const unsigned blocks = static_cast<unsigned>((row_groups + groups_per_block - 1) / groups_per_block);
-  pdl_launch(gemv_split<W, R>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+  pdl_launch(kernel, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
 }
 
 template <int R>
@@ -260,6 +292,11 @@ void launch_split_width(const DeviceWeight& w, int64_t row0, int64_t n, const fl
   }
 }
 
+std::atomic<bool>& x_once_slot() {
+  static std::atomic<bool> on{!env_is("BLOOMERY_CUDA_GEMV_X_ONCE", "0")};
+  return on;
+}
+
 int variant_from_env() {
   const char* v = std::getenv("BLOOMERY_CUDA_GEMV");
   return v && std::string(v) == "1" ? 1 : 2;
@@ -278,6 +315,14 @@ int gemv_variant() {
 
 void set_gemv_variant(int v) {
   variant_slot().store(v == 1 ? 1 : 2, std::memory_order_relaxed);
+}
+
+bool gemv_x_once() {
+  return x_once_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemv_x_once(bool on) {
+  x_once_slot().store(on, std::memory_order_relaxed);
 }
 
 // True when rows can be read in 16-byte units: K a multiple of the unit (row starts stay aligned) and, for
