@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <future>
 
 #include "core/error.h"
 #include "models/forward_step.h"
@@ -427,9 +428,29 @@ void Scheduler::step() {
   for (size_t i = 0; i < items.size(); ++i)
     if (owners[i]->prompting()) hint(*owners[i], static_cast<int64_t>(items[i].ids.size()));
 
+  // Grammar masks of the decoding slots' current states are computed while the card runs the forward; they
+  // are joined before anything samples (take_tokens), so no constraint is touched by two threads at once.
+  std::vector<const std::function<void()>*> prepares;
+  for (size_t i = 0; i < items.size(); ++i)
+    if (items[i].want_logits && owners[i]->req.prepare_constraint)
+      prepares.push_back(&owners[i]->req.prepare_constraint);
+  std::future<void> prepared;
+  if (!prepares.empty())
+    prepared = std::async(std::launch::async, [&prepares] {
+      for (const auto* p : prepares) try {
+          (*p)();
+        } catch (...) {  // constrain repeats the work and reports the failure where it always has
+        }
+    });
   auto t0 = Clock::now();
-  engine_.forward(items);
+  try {
+    engine_.forward(items);
+  } catch (...) {
+    if (prepared.valid()) prepared.wait();  // the helper reads the slots: it ends before they can go
+    throw;
+  }
   double secs = std::chrono::duration<double>(Clock::now() - t0).count();
+  if (prepared.valid()) prepared.get();
 
   // Counters first, so that a client who sees its request finish also sees it counted.
   {

@@ -146,6 +146,11 @@ struct GenRequest {
   // Scheduler thread, before each sampling: may lower logits (a grammar's mask sets the tokens it rejects to
   // -inf). Empty: no constraint.
   std::function<void(std::vector<float>& logits)> constrain;
+  // A helper thread, while the step's forward runs on the card (never at the same time as constrain or
+  // on_token): makes constrain's next call cheap (a grammar computes the mask of its current state, so a
+  // first visit's full vocabulary scan overlaps the forward instead of following it). Empty: nothing to
+  // prepare.
+  std::function<void()> prepare_constraint;
   // Scheduler thread. Called for every generated token that is not an EOS; returning false stops the request
   // (a stop string matched) with StopReason::Word.
   std::function<bool(const SampledToken&)> on_token;

@@ -56,7 +56,10 @@ std::vector<std::shared_ptr<Generation>> Generation::start_all(Scheduler& schedu
     auto g = std::shared_ptr<Generation>(new Generation(tokenizer, spec));
     g->eos_ids_ = eos_ids;
     GenRequest r;
-    if (g->masker_) r.constrain = [g](std::vector<float>& logits) { g->constrain(logits); };
+    if (g->masker_) {
+      r.constrain = [g](std::vector<float>& logits) { g->constrain(logits); };
+      r.prepare_constraint = [g] { g->masker_->mask(g->gstate_); };  // cached for constrain's call
+    }
     r.prompt = std::move(spec.prompt);
     r.n_predict = spec.n_predict;
     r.sampling = spec.sampling;

@@ -2,7 +2,10 @@
 // scheduler hands out can be checked; the engine records what each pass contained.
 #include "runtime/scheduler.h"
 
+#include <atomic>
+#include <cmath>
 #include <future>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -209,4 +212,60 @@ TEST(Scheduler, QueuedRequestCancelledBeforeItStarts) {
   EXPECT_EQ(r.finish.reason, StopReason::Cancelled);
   EXPECT_TRUE(r.tokens.empty());
   EXPECT_EQ(busy.get().finish.reason, StopReason::Limit);
+}
+
+// A request's prepare_constraint runs on a helper thread while the step's forward runs (the forward waits for
+// it to start, it waits for the forward to start: sequential calls in either order would time out), once per
+// step that samples, and before that step's constrain.
+TEST(Scheduler, PreparesTheConstraintWhileTheForwardRuns) {
+  struct OverlapEngine : ScriptEngine {
+    std::atomic<bool> forwarding{false}, preparing{false};
+    std::atomic<int> overlaps{0};
+    void forward(std::span<StepItem> items) override {
+      forwarding = true;
+      const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+      while (!preparing && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      ScriptEngine::forward(items);
+      preparing = false;
+      forwarding = false;
+    }
+  } e;
+  Scheduler s(e, {1, 64, 16, 8}, server::sample_token);
+  auto res = std::make_shared<Result>();
+  auto prom = std::make_shared<std::promise<Result>>();
+  std::vector<std::string> order;  // scheduler thread and helper, never at once (the forward separates them)
+  GenRequest r;
+  r.prompt = {3, 4, 5};
+  r.n_predict = 4;
+  r.sampling = greedy();
+  r.prepare_constraint = [&] {
+    e.preparing = true;
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (!e.forwarding && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    if (e.forwarding) e.overlaps++;
+    order.push_back("prepare");
+  };
+  r.constrain = [&](std::vector<float>& logits) {
+    order.push_back("constrain");
+    logits[9] = -INFINITY;  // the script's 4th token is banned: the sampler takes another
+  };
+  r.on_token = [res](const SampledToken& t) {
+    res->tokens.push_back(t.id);
+    return true;
+  };
+  r.on_finish = [res, prom](const FinishInfo& f) {
+    res->finish = f;
+    prom->set_value(*res);
+  };
+  s.submit(std::move(r));
+  Result out = prom->get_future().get();
+  ASSERT_EQ(out.tokens.size(), 4u);
+  EXPECT_EQ(out.tokens[0], 6);
+  EXPECT_NE(out.tokens[3], 9) << "constrain's mask applies to the sampled row";
+  EXPECT_EQ(e.overlaps.load(), 4) << "every sampling step prepared its constraint during its forward";
+  ASSERT_EQ(order.size(), 8u);
+  for (size_t i = 0; i < order.size(); i += 2) {
+    EXPECT_EQ(order[i], "prepare") << i;
+    EXPECT_EQ(order[i + 1], "constrain") << i;
+  }
 }
