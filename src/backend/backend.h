@@ -167,6 +167,18 @@ class Backend : public virtual FamilyOps {
     if (e.act != Act::None) activate(out, out, e.act);
     if (e.post != 1.0f) scale(out, out, e.post);
   }
+  // Several products of one input (the projections a block takes from its normalised input): *out_i =
+  // e_i(x · W_iᵀ). Default: matmul_epilogue for each, in order. A backend may run them in one pass (the CUDA
+  // decode GEMV: one launch for all, since a dependent kernel costs a few microseconds however small); the
+  // bits are those of the separate calls.
+  struct Product {
+    Tensor* out;
+    const Weight* w;
+    Epilogue e{};
+  };
+  virtual void matmul_group(std::span<const Product> products, const Tensor& x) {
+    for (const Product& p : products) matmul_epilogue(*p.out, x, *p.w, p.e);
+  }
   // out[T, n] = x[T, K] · W[row0 : row0+n, K]ᵀ (a block of a weight's rows, e.g. one head group).
   virtual void matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) = 0;
   // out[T, D] = table[ids[t], :] (embedding gather; works for dense and streamed weights).

@@ -371,10 +371,9 @@ class Qwen3Next final : public BatchedModel {
   void gdn(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, std::span<GdnSlot> slots) {
     const int64_t T = x.rows(), Hk = c_.Hk, Hv = c_.Hv, dk = c_.dk, dv = c_.dv, r = Hv / Hk;
     const int64_t key_dim = Hk * dk, value_dim = Hv * dv, group = 2 * dk + 2 * r * dv;
-    Tensor qkvz = be.alloc({T, Hk * group});
-    be.matmul(qkvz, x, *lw.qkvz);
-    Tensor ba = be.alloc({T, 2 * Hv});
-    be.matmul(ba, x, *lw.ba);
+    Tensor qkvz = be.alloc({T, Hk * group}), ba = be.alloc({T, 2 * Hv});
+    const Backend::Product in_proj[] = {{&qkvz, lw.qkvz}, {&ba, lw.ba}};
+    be.matmul_group(in_proj, x);
     // Per key head h the rows are [q_h | k_h | v of its r value heads | z of its r value heads].
     Tensor grouped = qkvz.view({T * Hk, group});
     Tensor mixed = be.alloc({T, 2 * key_dim + value_dim});
@@ -428,14 +427,13 @@ class Qwen3Next final : public BatchedModel {
   void attention(Backend& be, const LayerW& lw, const Tensor& x, Tensor& y, std::span<const KvSlot> slots) {
     const int64_t T = x.rows(), H = c_.H, Hkv = c_.Hkv, hd = c_.hd;
     Tensor qg = be.alloc({T, H * 2 * hd});
-    be.matmul(qg, x, *lw.q);
+    Tensor k = be.alloc({T, Hkv, hd}), v = be.alloc({T, Hkv, hd});
+    const Backend::Product in_proj[] = {{&qg, lw.q}, {&k, lw.k}, {&v, lw.v}};
+    be.matmul_group(in_proj, x);
     Tensor q = be.alloc({T, H, hd}), gate = be.alloc({T * H, hd});
     be.take_cols(q, qg.view({T * H, 2 * hd}), 0);
     be.take_cols(gate, qg.view({T * H, 2 * hd}), hd);
     be.rms_norm(q, q, lw.q_norm, c_.eps, NormKind::OnePlus, hd);
-    Tensor k = be.alloc({T, Hkv, hd}), v = be.alloc({T, Hkv, hd});
-    be.matmul(k, x, *lw.k);
-    be.matmul(v, x, *lw.v);
     be.rms_norm(k, k, lw.k_norm, c_.eps, NormKind::OnePlus, hd);
     Tensor o = be.alloc({T, H, hd});
     for (const KvSlot& s : slots) {
@@ -458,8 +456,8 @@ class Qwen3Next final : public BatchedModel {
     const int64_t T = x.rows();
     if (!moe) {
       Tensor g = be.alloc({T, c_.Im}), u = be.alloc({T, c_.Im});
-      be.matmul(g, x, *lw.gate);
-      be.matmul(u, x, *lw.up);
+      const Backend::Product gate_up[] = {{&g, lw.gate}, {&u, lw.up}};
+      be.matmul_group(gate_up, x);
       be.swiglu(g, g, u);
       be.matmul(y, g, *lw.down);
       return;

@@ -559,15 +559,15 @@ class Qwen4Exp final : public BatchedModel {
     Tensor xn = be.alloc({T, n * D});
     be.rms_norm(xn, X, h.norm, c_.eps, NormKind::OnePlus, D);
     Tensor a = be.alloc({T, c_.r});
-    be.matmul_epilogue(a, xn, *h.down, {.pre = 1.0f / static_cast<float>(n), .act = Act::Silu});
+    const float inv_n = 1.0f / static_cast<float>(n);
+    // The down projection and the inject gate both read xn: one group.
+    const Backend::Product reads[] = {{&a, h.down, {.pre = inv_n, .act = Act::Silu}},
+                                      {inj, h.inject, {.pre = inv_n, .act = Act::Sigmoid, .post = 2.0f}}};
+    be.matmul_group(std::span(reads).first(inj && h.inject ? 2 : 1), xn);
     Tensor m = be.alloc({T, n * D});
     be.matmul(m, a, *h.up);
     Tensor u = be.alloc({T, D});
     be.hc_read_mix(u, m, xn, static_cast<int>(n));
-    if (inj && h.inject) {
-      be.matmul_epilogue(*inj, xn, *h.inject,
-                         {.pre = 1.0f / static_cast<float>(n), .act = Act::Sigmoid, .post = 2.0f});
-    }
     return u;
   }
 
@@ -651,8 +651,10 @@ class Qwen4Exp final : public BatchedModel {
   // entry.
   Tensor gdn(Backend& be, const Gdn& w, const Tensor& u, std::span<GdnSlot> slots) const {
     const int64_t T = u.rows(), kd = c_.Hk * c_.dk, vd = c_.Hv * c_.dv;
-    Tensor qkv = be.alloc({T, 2 * kd + vd});
-    be.matmul(qkv, u, *w.qkv);
+    Tensor qkv = be.alloc({T, 2 * kd + vd}), z = be.alloc({T, vd});
+    Tensor b = be.alloc({T, c_.Hv}), a = be.alloc({T, c_.Hv});
+    const Backend::Product in_proj[] = {{&qkv, w.qkv}, {&z, w.z}, {&b, w.b}, {&a, w.a}};
+    be.matmul_group(in_proj, u);
     Tensor c = be.alloc({T, 2 * kd + vd});
     for (GdnSlot& s : slots) {
       Tensor out = c.slice(s.r0, s.T);
@@ -664,11 +666,6 @@ class Qwen4Exp final : public BatchedModel {
     be.take_cols(q2, c, 0);
     be.take_cols(k2, c, kd);
     be.take_cols(v2, c, 2 * kd);
-    Tensor z = be.alloc({T, vd});
-    be.matmul(z, u, *w.z);
-    Tensor b = be.alloc({T, c_.Hv}), a = be.alloc({T, c_.Hv});
-    be.matmul(b, u, *w.b);
-    be.matmul(a, u, *w.a);
     Tensor g = be.alloc({T, c_.Hv}), beta = be.alloc({T, c_.Hv});
     be.gdn_gates(g, beta, a, b, *w.A_log, *w.dt_bias);  // g = −exp(A_log)·softplus(a + dt_bias); β = σ(b)
     Tensor o = be.alloc({T, c_.Hv, c_.dv});
@@ -691,9 +688,13 @@ class Qwen4Exp final : public BatchedModel {
   Tensor qsa(Backend& be, const Qsa& w, const Tensor& u, std::span<const QsaSlot> slots) const {
     const int64_t T = u.rows(), H = c_.H, hd = c_.hd, Hkv = c_.Hkv;
     const RopeSpec rs = rope_spec();
+    // the indexer's and attention's projections of u
+    Tensor qk = be.alloc({T, (c_.Hi + 1) * c_.dI}), qg = be.alloc({T, H * 2 * hd});
+    Tensor k = be.alloc({T, Hkv, hd}), v = be.alloc({T, Hkv, hd});
+    Tensor k2 = k.view({T, Hkv * hd}), v2 = v.view({T, Hkv * hd});
+    const Backend::Product in_proj[] = {{&qk, w.idx_qk}, {&qg, w.q}, {&k2, w.k}, {&v2, w.v}};
+    be.matmul_group(in_proj, u);
     // indexer
-    Tensor qk = be.alloc({T, (c_.Hi + 1) * c_.dI});
-    be.matmul(qk, u, *w.idx_qk);
     Tensor qi = be.alloc({T, c_.Hi, c_.dI});
     Tensor qi2 = qi.view({T, c_.Hi * c_.dI});
     be.take_cols(qi2, qk, 0);
@@ -706,20 +707,14 @@ class Qwen4Exp final : public BatchedModel {
     spec.rot_dim = static_cast<int>(c_.rot);
     spec.theta = c_.theta;
     spec.eps = c_.eps;
-    // attention projections
-    Tensor qg = be.alloc({T, H * 2 * hd});
-    be.matmul(qg, u, *w.q);
+    // attention
     qg = qg.view({T * H, 2 * hd});
     Tensor q = be.alloc({T, H, hd}), gate = be.alloc({T, H * hd});
     Tensor q2 = q.view({T * H, hd}), gate2 = gate.view({T * H, hd});
     be.take_cols(q2, qg, 0);
     be.take_cols(gate2, qg, hd);
     be.rms_norm(q2, q2, w.q_norm, c_.eps, NormKind::OnePlus, hd);
-    Tensor k = be.alloc({T, Hkv, hd}), v = be.alloc({T, Hkv, hd});
-    Tensor k2 = k.view({T, Hkv * hd}), v2 = v.view({T, Hkv * hd});
-    be.matmul(k2, u, *w.k);
     be.rms_norm(k2, k2, w.k_norm, c_.eps, NormKind::OnePlus, hd);
-    be.matmul(v2, u, *w.v);
     Tensor o = be.alloc({T, H, hd});
     for (const QsaSlot& s : slots) {
       QsaCache& cache = *s.cache;

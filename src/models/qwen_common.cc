@@ -89,17 +89,17 @@ QwenMoe bind_qwen_moe(const WeightSet& w, const std::string& p, const QwenConfig
 
 void qwen_moe(Backend& be, const QwenMoe& m, const QwenConfig& c, const Tensor& x, Tensor& y) {
   const int64_t T = x.rows();
+  // Every product of x first: the router, the shared expert's gate and up, and its sigmoid gate.
   Tensor logits = be.alloc({T, c.E});
-  be.matmul(logits, x, *m.router);
+  Tensor g = be.alloc({T, c.Is}), u = be.alloc({T, c.Is}), s = be.alloc({T, c.D}), sg = be.alloc({T, 1});
+  const Backend::Product of_x[] = {
+      {&logits, m.router}, {&g, m.sh_gate}, {&u, m.sh_up}, {&sg, m.sh_gate_w, {.act = Act::Sigmoid}}};
+  be.matmul_group(of_x, x);
   Tensor ids = be.alloc({T, c.top_k}, ElemType::I32), wts = be.alloc({T, c.top_k});
   be.route_softmax_topk(ids, wts, logits, RouterSpec{static_cast<int>(c.top_k), c.norm_topk});
   be.moe_experts(y, x, ids, wts, m.experts);
-  Tensor g = be.alloc({T, c.Is}), u = be.alloc({T, c.Is}), s = be.alloc({T, c.D}), sg = be.alloc({T, 1});
-  be.matmul(g, x, *m.sh_gate);
-  be.matmul(u, x, *m.sh_up);
   be.swiglu(g, g, u);
   be.matmul(s, g, *m.sh_down);
-  be.matmul_epilogue(sg, x, *m.sh_gate_w, {.act = Act::Sigmoid});
   be.scale_rows(s, s, sg);
   be.add(y, y, s);
 }

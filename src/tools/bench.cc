@@ -205,7 +205,11 @@ int run_bench(int argc, char** argv) {
          "launch, "
          "rows 'tgN' and 'tgN+pdl'; 'gemv-x' the multi-row GEMV reloading x per weight row "
          "(BLOOMERY_CUDA_GEMV_X_ONCE=0) "
-         "against once per warp, rows 'tgN' and 'tgN+x-once'. pp rows alternate too")
+         "against once per warp, rows 'tgN' and 'tgN+x-once'; 'gemv-group' the products of one input one "
+         "launch each "
+         "against one launch per weight width (BLOOMERY_CUDA_GEMV_GROUP=1), rows 'tgN' and 'tgN+grouped'. pp "
+         "rows "
+         "alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -376,6 +380,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_moe_decode_variant(candidate ? 2 : 1); };
       else if (ab_knob == "eager-zero")
         hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
+      else if (ab_knob == "gemv-group")
+        hooks.set_ab = [cb](bool candidate) { cb->set_group_products(candidate); };
       else if (ab_knob == "gemv-x")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_x_once(candidate); };
       else if (ab_knob == "pdl")

@@ -116,8 +116,9 @@ TEST_F(CudaLinear, FusedEpilogueEqualsSeparateOps) {
 // Loading x once per warp for all of its weight rows (3-8 rows of x) changes the loads, not the sums: the
 // same bits as reloading it per row, in every weight width and with a partial last row group.
 TEST_F(CudaLinear, GemvXOnceEqualsPerRowLoads) {
-  for (auto [f, n, k] : {std::tuple{FormatId::BF16, 330, 2560}, std::tuple{FormatId::NVFP4, 642, 2560},
-                         std::tuple{FormatId::MXFP8, 257, 1024}, std::tuple{FormatId::FP8_BLOCK, 300, 2560}}) {
+  for (auto [f, n, k] :
+       {std::tuple{FormatId::BF16, 330, 2560}, std::tuple{FormatId::NVFP4, 642, 2560},
+        std::tuple{FormatId::MXFP8, 257, 1024}, std::tuple{FormatId::FP8_BLOCK, 300, 2560}}) {
     auto s = make_stored(f, n, k, rng_);
     Weight wg = gpu_->upload_stored("w", {n, k}, s->wb);
     for (int64_t T : {3, 5, 8}) {
@@ -131,6 +132,46 @@ TEST_F(CudaLinear, GemvXOnceEqualsPerRowLoads) {
                    std::string(format_name(f)) + " T=" + std::to_string(T));
     }
   }
+}
+
+// A group of products of one x (matmul_group) gives the bits of one matmul_epilogue each: mixed widths (one
+// launch per width), more products than one launch takes, partial row groups, epilogues, T = 1, 2, 5, 8.
+TEST_F(CudaLinear, GroupedProductsEqualSeparateOnes) {
+  const int64_t k = 2560;
+  struct P {
+    FormatId f;
+    int64_t n;
+    Backend::Epilogue e;
+  };
+  const std::vector<P> spec = {
+      {FormatId::BF16, 330, {}},  {FormatId::NVFP4, 642, {.pre = 0.25f, .act = Act::Silu}},
+      {FormatId::BF16, 48, {}},   {FormatId::BF16, 4, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
+      {FormatId::MXFP8, 257, {}}, {FormatId::BF16, 1, {.act = Act::Sigmoid}},
+      {FormatId::BF16, 2560, {}}};
+  std::vector<std::unique_ptr<StoredWeight>> stored;
+  std::vector<Weight> ws;
+  for (const P& p : spec) {
+    stored.push_back(make_stored(p.f, p.n, k, rng_));
+    ws.push_back(gpu_->upload_stored("w", {p.n, k}, stored.back()->wb));
+  }
+  gpu_->set_group_products(true);
+  for (int64_t T : {1, 2, 5, 8}) {
+    Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
+    std::vector<Tensor> grouped, separate;
+    std::vector<Backend::Product> ps;
+    for (size_t i = 0; i < spec.size(); ++i) {
+      grouped.push_back(gpu_->alloc({T, spec[i].n}));
+      separate.push_back(gpu_->alloc({T, spec[i].n}));
+    }
+    for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
+    gpu_->matmul_group(ps, x);
+    for (size_t i = 0; i < spec.size(); ++i) gpu_->matmul_epilogue(separate[i], x, ws[i], spec[i].e);
+    for (size_t i = 0; i < spec.size(); ++i)
+      expect_close(gpu_->download(grouped[i]), gpu_->download(separate[i]), 0, 0,
+                   "product " + std::to_string(i) + " " + std::string(format_name(spec[i].f)) +
+                       " T=" + std::to_string(T));
+  }
+  gpu_->set_group_products(false);
 }
 
 TEST_F(CudaLinear, GatherRowsStored) {
@@ -263,14 +304,22 @@ TEST_F(CudaLinear, GemvBandwidth) {
       cudaEventDestroy(a), cudaEventDestroy(b);
     }
   }
-  // The full-size qwen4_exp decode shapes ([out, in] as the step runs them, T = 1): BF16 in the nvidia layout,
-  // MXFP8 in the FP4-Local (qad) one. Back-to-back launches of one shape approximate its time inside a step's
-  // graph; the gap to the isolated rate above is what short rows and few rows cost.
+  // The full-size qwen4_exp decode shapes ([out, in] as the step runs them, T = 1): BF16 in the nvidia
+  // layout, MXFP8 in the FP4-Local (qad) one. Back-to-back launches of one shape approximate its time inside
+  // a step's graph; the gap to the isolated rate above is what short rows and few rows cost.
   for (FormatId f : {FormatId::BF16, FormatId::MXFP8}) {
-    for (const auto& [n, k] :
-         std::vector<std::pair<int64_t, int64_t>>{{2560, 6144}, {10240, 2560}, {6144, 2560}, {12288, 2560},
-                                                  {320, 10240}, {10240, 320}, {640, 2560}, {512, 2560},
-                                                  {2560, 640}, {48, 2560}, {4, 10240}, {1, 2560}}) {
+    for (const auto& [n, k] : std::vector<std::pair<int64_t, int64_t>>{{2560, 6144},
+                                                                       {10240, 2560},
+                                                                       {6144, 2560},
+                                                                       {12288, 2560},
+                                                                       {320, 10240},
+                                                                       {10240, 320},
+                                                                       {640, 2560},
+                                                                       {512, 2560},
+                                                                       {2560, 640},
+                                                                       {48, 2560},
+                                                                       {4, 10240},
+                                                                       {1, 2560}}) {
       auto s = make_stored(f, n, k, rng_);
       Weight wg = gpu_->upload_stored("shape", {n, k}, s->wb);
       const double bytes = static_cast<double>(s->main.size() + s->scales.size() + s->grid.size() * 4);
@@ -286,8 +335,9 @@ TEST_F(CudaLinear, GemvBandwidth) {
       float ms = 0;
       cudaEventElapsedTime(&ms, a, b);
       const double per = ms / kIters;
-      std::printf("[gemv-shape] %s [%lld, %lld] T=1: %.2f us, %.0f GB/s\n", std::string(format_name(f)).c_str(),
-                  static_cast<long long>(n), static_cast<long long>(k), per * 1e3, bytes / (per * 1e-3) / 1e9);
+      std::printf("[gemv-shape] %s [%lld, %lld] T=1: %.2f us, %.0f GB/s\n",
+                  std::string(format_name(f)).c_str(), static_cast<long long>(n), static_cast<long long>(k),
+                  per * 1e3, bytes / (per * 1e-3) / 1e9);
       cudaEventDestroy(a), cudaEventDestroy(b);
     }
   }

@@ -89,6 +89,8 @@ class CudaBackend final : public Backend {
   // BLOOMERY_CUDA_FUSE_EPILOGUE=0).
   void matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Backend::Epilogue& e) override;
   void set_fuse_epilogues(bool on) { fuse_epilogues_ = on; }
+  void matmul_group(std::span<const Backend::Product> products, const Tensor& x) override;
+  void set_group_products(bool on) { group_products_ = on; }
   void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) override;
   void prefetch_rows(const Weight& table, std::span<const int64_t> ids) override;
 
@@ -187,6 +189,9 @@ class CudaBackend final : public Backend {
   OpTimes op_times_;
   bool zero_fill_eager_ = env_is("BLOOMERY_CUDA_EAGER_ZERO", "1");
   bool fuse_epilogues_ = !env_is("BLOOMERY_CUDA_FUSE_EPILOGUE", "0");
+  // matmul_group in one launch per width: off until measured on the card (BLOOMERY_CUDA_GEMV_GROUP=1, bench
+  // --ab gemv-group); off, the products run one matmul_epilogue each.
+  bool group_products_ = env_is("BLOOMERY_CUDA_GEMV_GROUP", "1");
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

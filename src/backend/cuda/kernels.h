@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 
 #include "backend/cuda/dequant.h"
 
@@ -28,6 +29,17 @@ struct Epilogue {
 // The split-K kernel applies `e` as it stores; the other GEMV paths run epilogue() after.
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
           const Epilogue& e = {});
+// Products of one x[T, K] (T ≤ 8) in as few launches as their weight widths allow (one per width, up to four
+// products each): the same blocks as one gemv() each, so the same bits. gemv_group_applies: every weight
+// takes the split-K kernel (unit path, 16-byte aligned x, variant 2); otherwise the caller runs gemv() per
+// product.
+struct GemvProduct {
+  DeviceWeight w;
+  float* y = nullptr;
+  Epilogue e;
+};
+bool gemv_group_applies(std::span<const GemvProduct> ps, const float* x, int T);
+void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s);
 // y[i] = e(y[i]) for i < n, in place (products whose kernel has no epilogue of its own: GEMM, old GEMV).
 void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s);
 // The GEMV kernel in use (gemv.cu: 1 = a warp per row, 2 = split-K with loads ahead, the default;

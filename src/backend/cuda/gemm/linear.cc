@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -65,6 +66,35 @@ void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {
 void CudaBackend::matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Backend::Epilogue& e) {
   if (!fuse_epilogues_) return Backend::matmul_epilogue(out, x, w, e);  // the separate ops (bench A/B)
   linear_checked(out, x, w, 0, w.rows(), {e.pre, act_code(e.act), e.post});
+}
+
+// Decode products of one x in one launch per weight width (a dependent kernel costs ~4 µs however little it
+// reads, docs/performance.md); prompts, a lone product and the separate-epilogue A/B mode one at a time.
+void CudaBackend::matmul_group(std::span<const Backend::Product> products, const Tensor& x) {
+  const int64_t T = x.rows();
+  if (!group_products_ || !fuse_epilogues_ || products.size() < 2 || T > kGemvMaxRows)
+    return Backend::matmul_group(products, x);
+  std::vector<GemvProduct> ps;
+  ps.reserve(products.size());
+  double bytes = 0;
+  for (const Backend::Product& p : products) {
+    const DeviceWeight& dw = device_weight(*p.w, "matmul");
+    need(static_cast<int64_t>(dw.cols) == p.w->cols() && static_cast<int64_t>(dw.rows) == p.w->rows(),
+         "matmul", "a weight whose logical rows are its stored rows",
+         p.w->name() + " " + shape_string(p.w->shape()));
+    check_matmul_args(*p.out, x, *p.w, 0, p.w->rows());
+    ps.push_back({dw, nullptr, {p.e.pre, act_code(p.e.act), p.e.post}});
+    if (op_times_.enabled()) {
+      const FormatInfo& fi = format_info(dw.format);
+      bytes += (fi.bits_per_element / 8.0 + (fi.bits_per_element == 4 ? 1.0 / 16 : 0.0)) *
+               static_cast<double>(dw.rows) * static_cast<double>(dw.cols);
+    }
+  }
+  if (!gemv_group_applies(ps, x.f32(), static_cast<int>(T))) return Backend::matmul_group(products, x);
+  for (size_t i = 0; i < ps.size(); ++i) ps[i].y = products[i].out->out_f32({&x});
+  OpScope op_scope(op_times_, stream_,
+                   op_times_.enabled() ? "gemv group of " + std::to_string(ps.size()) : "", bytes);
+  gemv_group(ps, x.f32(), static_cast<int>(T), stream_);
 }
 
 }  // namespace bloomery::cuda

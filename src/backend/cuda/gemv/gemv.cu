@@ -12,9 +12,12 @@
 //     f32 arithmetic per element falls from three multiplies and an FMA to one FMA, which keeps FP4 rows
 //     memory-bound. The weights are the stored ones; only the summation order differs from variant 1.
 //     With R rows per warp (3-8 rows of x) each x float4 is loaded once for all R (gemv_x_once()).
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/env_switch.h"
@@ -138,16 +141,18 @@ constexpr int kSplitWarps = 8;  // warps per block of gemv_split
 template <Width W>
 constexpr int kLoadsAhead = W == Width::Fp4 ? 4 : 2;
 
+// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ): `block` is the block's index within this product (a
+// grouped launch runs several products' blocks in one grid).
 template <Width W, int R, bool kXOnce>
-__global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_split(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
-               float* __restrict__ y, int ks, Epilogue e) {
+__device__ __forceinline__ void split_rows(const DeviceWeight& w, int64_t row0, int64_t n,
+                                           const float* __restrict__ x, int T, float* __restrict__ y, int ks,
+                                           const Epilogue& e, int64_t block) {
   constexpr int E = Unit<W>::kElems, U = kLoadsAhead<W>;
   constexpr bool kScaled = W == Width::Fp8 || W == Width::Fp4;
   __shared__ float part[kSplitWarps][R][kGemvMaxRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / ks, wk = warp % ks, groups = kSplitWarps / ks;
-  const int64_t r0 = (blockIdx.x * static_cast<int64_t>(groups) + group) * R;
+  const int64_t r0 = (block * groups + group) * R;
   const bool active = r0 < n;
   const int rows = !active ? 0 : (n - r0 < R ? static_cast<int>(n - r0) : R);
   const uint64_t K = w.cols, units = K / E;
@@ -251,6 +256,33 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   y[t * n + r0 + j] = epilogue_apply(e.pre, e.act, e.post, s * post);
 }
 
+template <Width W, int R, bool kXOnce>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_split(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
+               float* __restrict__ y, int ks, Epilogue e) {
+  split_rows<W, R, kXOnce>(w, row0, n, x, T, y, ks, e, blockIdx.x);
+}
+
+// Up to kGroupMax products of one x in one grid: product i owns blocks [first[i], first[i + 1]).
+constexpr int kGroupMax = 4;
+struct GroupArgs {
+  DeviceWeight w[kGroupMax];
+  float* y[kGroupMax];
+  Epilogue e[kGroupMax];
+  int64_t n[kGroupMax];
+  int ks[kGroupMax];
+  unsigned first[kGroupMax + 1];
+  int count;
+};
+
+template <Width W, int R, bool kXOnce>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_group_k(const __grid_constant__ GroupArgs g, const float* __restrict__ x, int T) {
+  int i = 0;
+  while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
+  split_rows<W, R, kXOnce>(g.w[i], 0, g.n[i], x, T, g.y[i], g.ks[i], g.e[i], blockIdx.x - g.first[i]);
+}
+
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
 // still gets a full pass of U units per lane.
 int split_ways(int64_t row_groups, uint64_t units, int U) {
@@ -297,6 +329,46 @@ std::atomic<bool>& x_once_slot() {
   return on;
 }
 
+// The products of one width, in launches of up to kGroupMax.
+template <Width W, int R>
+void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
+  for (size_t at = 0; at < ps.size(); at += kGroupMax) {
+    GroupArgs g{};
+    g.count = static_cast<int>(std::min<size_t>(kGroupMax, ps.size() - at));
+    unsigned blocks = 0;
+    for (int i = 0; i < g.count; ++i) {
+      const GemvProduct& p = ps[at + i];
+      const int64_t n = static_cast<int64_t>(p.w.rows), row_groups = (n + R - 1) / R;
+      const int ks = split_ways(row_groups, p.w.cols / Unit<W>::kElems, kLoadsAhead<W>);
+      const int64_t per_block = kSplitWarps / ks;
+      g.w[i] = p.w, g.y[i] = p.y, g.e[i] = p.e, g.n[i] = n, g.ks[i] = ks, g.first[i] = blocks;
+      blocks += static_cast<unsigned>((row_groups + per_block - 1) / per_block);
+    }
+    g.first[g.count] = blocks;
+    auto* kernel = gemv_group_k<W, R, false>;
+    if constexpr (R > 1)
+      if (gemv_x_once()) kernel = gemv_group_k<W, R, true>;
+    pdl_launch(kernel, blocks, kSplitWarps * 32, 0, s, g, x, T);
+    BLOOMERY_CUDA_CHECK_LAUNCH("gemv group of " + std::to_string(g.count) + " products, first W[" +
+                               std::to_string(g.w[0].rows) + ", " + std::to_string(g.w[0].cols) + "] x[" +
+                               std::to_string(T) + "]");
+  }
+}
+
+template <int R>
+void launch_group_width(Width W, std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
+  switch (W) {
+    case Width::F32:
+      return launch_group<Width::F32, R>(ps, x, T, s);
+    case Width::Half:
+      return launch_group<Width::Half, R>(ps, x, T, s);
+    case Width::Fp8:
+      return launch_group<Width::Fp8, R>(ps, x, T, s);
+    case Width::Fp4:
+      return launch_group<Width::Fp4, R>(ps, x, T, s);
+  }
+}
+
 int variant_from_env() {
   const char* v = std::getenv("BLOOMERY_CUDA_GEMV");
   return v && std::string(v) == "1" ? 1 : 2;
@@ -333,6 +405,28 @@ bool unit_path(const DeviceWeight& w) {
   if (w.cols % E != 0) return false;
   if (w.format == FormatId::FP8_BLOCK && w.block_k % 16 != 0) return false;
   return true;
+}
+
+bool gemv_group_applies(std::span<const GemvProduct> ps, const float* x, int T) {
+  if (T < 1 || T > kGemvMaxRows || gemv_variant() != 2 || reinterpret_cast<uintptr_t>(x) % 16 != 0)
+    return false;
+  for (const GemvProduct& p : ps)
+    if (!unit_path(p.w) || p.w.rows == 0) return false;
+  return true;
+}
+
+void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
+  // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
+  for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
+    std::vector<GemvProduct> same;
+    for (const GemvProduct& p : ps)
+      if (width_of(p.w.format) == W) same.push_back(p);
+    if (same.empty()) continue;
+    if (T <= 2)
+      launch_group_width<1>(W, same, x, T, s);
+    else
+      launch_group_width<4>(W, same, x, T, s);
+  }
 }
 
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
