@@ -273,6 +273,21 @@ TEST_F(CudaLinear, FixtureCheckpointsLoadAndMatmul) {
   EXPECT_GE(formats_seen.size(), 2u) << "the resolvable fixtures hold a dense and a quantised format";
 }
 
+// Milliseconds per y = x · Wᵀ over `iters` launches back to back (after one untimed launch).
+double matmul_ms(Backend& be, Tensor& y, const Tensor& x, const Weight& w, int iters) {
+  be.matmul(y, x, w);
+  cudaEvent_t a, b;
+  cudaEventCreate(&a), cudaEventCreate(&b);
+  cudaEventRecord(a);
+  for (int i = 0; i < iters; ++i) be.matmul(y, x, w);
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms / iters;
+}
+
 // Decode-roofline measurement (not a pass/fail test): GEMV time per weight pass and achieved bandwidth.
 TEST_F(CudaLinear, GemvBandwidth) {
   struct Case {
@@ -286,22 +301,11 @@ TEST_F(CudaLinear, GemvBandwidth) {
     const double bytes = static_cast<double>(s->main.size() + s->scales.size() + s->grid.size() * 4);
     for (int64_t T : {1, 8}) {
       Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k}), y = gpu_->alloc({T, cs.n});
-      gpu_->matmul(y, x, wg);
-      cudaEvent_t a, b;
-      cudaEventCreate(&a), cudaEventCreate(&b);
-      cudaEventRecord(a);
-      constexpr int kIters = 20;
-      for (int i = 0; i < kIters; ++i) gpu_->matmul(y, x, wg);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      const double per = ms / kIters;
+      const double per = matmul_ms(*gpu_, y, x, wg, 20);
       std::printf("[gemv] %s [%lld, %lld] T=%lld: %.1f us, %.0f GB/s of weight bytes\n",
                   std::string(format_name(cs.f)).c_str(), static_cast<long long>(cs.n),
                   static_cast<long long>(cs.k), static_cast<long long>(T), per * 1e3,
                   bytes / (per * 1e-3) / 1e9);
-      cudaEventDestroy(a), cudaEventDestroy(b);
     }
   }
   // The full-size qwen4_exp decode shapes ([out, in] as the step runs them, T = 1): BF16 in the nvidia
@@ -324,21 +328,10 @@ TEST_F(CudaLinear, GemvBandwidth) {
       Weight wg = gpu_->upload_stored("shape", {n, k}, s->wb);
       const double bytes = static_cast<double>(s->main.size() + s->scales.size() + s->grid.size() * 4);
       Tensor x = gpu_->upload(randn(k), {1, k}), y = gpu_->alloc({1, n});
-      gpu_->matmul(y, x, wg);
-      cudaEvent_t a, b;
-      cudaEventCreate(&a), cudaEventCreate(&b);
-      constexpr int kIters = 200;
-      cudaEventRecord(a);
-      for (int i = 0; i < kIters; ++i) gpu_->matmul(y, x, wg);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      const double per = ms / kIters;
+      const double per = matmul_ms(*gpu_, y, x, wg, 200);
       std::printf("[gemv-shape] %s [%lld, %lld] T=1: %.2f us, %.0f GB/s\n",
                   std::string(format_name(f)).c_str(), static_cast<long long>(n), static_cast<long long>(k),
                   per * 1e3, bytes / (per * 1e-3) / 1e9);
-      cudaEventDestroy(a), cudaEventDestroy(b);
     }
   }
   // Prompt GEMM rate (tiled f32 baseline).

@@ -94,6 +94,22 @@ struct Unit {
   static constexpr int kElems = W == Width::F32 ? 4 : (W == Width::Half ? 8 : 16);
 };
 
+// Calls f(std::integral_constant<Width, W>{}) for the run-time width W: the one place a width becomes the
+// template argument of a unit kernel.
+template <typename F>
+inline void with_width(Width w, F&& f) {
+  switch (w) {
+    case Width::F32:
+      return f(std::integral_constant<Width, Width::F32>{});
+    case Width::Half:
+      return f(std::integral_constant<Width, Width::Half>{});
+    case Width::Fp8:
+      return f(std::integral_constant<Width, Width::Fp8>{});
+    case Width::Fp4:
+      return f(std::integral_constant<Width, Width::Fp4>{});
+  }
+}
+
 // The element width of a stored format (host side: picks the unit kernel a weight takes).
 inline Width width_of(FormatId f) {
   switch (f) {

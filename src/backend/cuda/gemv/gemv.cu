@@ -115,20 +115,9 @@ void launch_units(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
                   cudaStream_t s) {
   const int64_t per_block = static_cast<int64_t>(kWarps) * R;
   const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
-  switch (width_of(w.format)) {
-    case Width::F32:
-      pdl_launch(gemv_units<Width::F32, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
-      break;
-    case Width::Half:
-      pdl_launch(gemv_units<Width::Half, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
-      break;
-    case Width::Fp8:
-      pdl_launch(gemv_units<Width::Fp8, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
-      break;
-    case Width::Fp4:
-      pdl_launch(gemv_units<Width::Fp4, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
-      break;
-  }
+  with_width(width_of(w.format), [&](auto Wc) {
+    pdl_launch(gemv_units<decltype(Wc)::value, R>, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
+  });
 }
 
 // ---- variant 2 -----------------------------------------------------------------------------------------
@@ -308,20 +297,8 @@ void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
 template <int R>
 void launch_split_width(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
                         cudaStream_t s, const Epilogue& e) {
-  switch (width_of(w.format)) {
-    case Width::F32:
-      launch_split<Width::F32, R>(w, row0, n, x, T, y, s, e);
-      break;
-    case Width::Half:
-      launch_split<Width::Half, R>(w, row0, n, x, T, y, s, e);
-      break;
-    case Width::Fp8:
-      launch_split<Width::Fp8, R>(w, row0, n, x, T, y, s, e);
-      break;
-    case Width::Fp4:
-      launch_split<Width::Fp4, R>(w, row0, n, x, T, y, s, e);
-      break;
-  }
+  with_width(width_of(w.format),
+             [&](auto Wc) { launch_split<decltype(Wc)::value, R>(w, row0, n, x, T, y, s, e); });
 }
 
 std::atomic<bool>& x_once_slot() {
@@ -352,20 +329,6 @@ void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaSt
     BLOOMERY_CUDA_CHECK_LAUNCH("gemv group of " + std::to_string(g.count) + " products, first W[" +
                                std::to_string(g.w[0].rows) + ", " + std::to_string(g.w[0].cols) + "] x[" +
                                std::to_string(T) + "]");
-  }
-}
-
-template <int R>
-void launch_group_width(Width W, std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
-  switch (W) {
-    case Width::F32:
-      return launch_group<Width::F32, R>(ps, x, T, s);
-    case Width::Half:
-      return launch_group<Width::Half, R>(ps, x, T, s);
-    case Width::Fp8:
-      return launch_group<Width::Fp8, R>(ps, x, T, s);
-    case Width::Fp4:
-      return launch_group<Width::Fp4, R>(ps, x, T, s);
   }
 }
 
@@ -422,10 +385,12 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
     for (const GemvProduct& p : ps)
       if (width_of(p.w.format) == W) same.push_back(p);
     if (same.empty()) continue;
-    if (T <= 2)
-      launch_group_width<1>(W, same, x, T, s);
-    else
-      launch_group_width<4>(W, same, x, T, s);
+    with_width(W, [&](auto Wc) {
+      if (T <= 2)
+        launch_group<decltype(Wc)::value, 1>(same, x, T, s);
+      else
+        launch_group<decltype(Wc)::value, 4>(same, x, T, s);
+    });
   }
 }
 

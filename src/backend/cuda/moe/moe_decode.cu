@@ -401,20 +401,7 @@ void dispatch(Width w, int g, F&& f) {
     else
       f.template operator()<W, 1>();
   };
-  switch (w) {
-    case Width::F32:
-      by_g.template operator()<Width::F32>();
-      break;
-    case Width::Half:
-      by_g.template operator()<Width::Half>();
-      break;
-    case Width::Fp8:
-      by_g.template operator()<Width::Fp8>();
-      break;
-    case Width::Fp4:
-      by_g.template operator()<Width::Fp4>();
-      break;
-  }
+  with_width(w, [&](auto Wc) { by_g.template operator()<decltype(Wc)::value>(); });
 }
 
 std::string pairs_shape(int64_t P, int64_t n, int64_t K) {
@@ -453,20 +440,9 @@ void set_moe_decode_variant(int v) {
 void moe_decode_units(const DeviceWeight& w, bool fast, float* out, cudaStream_t s) {
   if (w.rows == 0) return;
   const unsigned blocks = static_cast<unsigned>(w.rows);
-  switch (width_of(w.format)) {
-    case Width::F32:
-      pdl_launch(decode_all_k<Width::F32>, blocks, 128, 0, s, w, fast, out);
-      break;
-    case Width::Half:
-      pdl_launch(decode_all_k<Width::Half>, blocks, 128, 0, s, w, fast, out);
-      break;
-    case Width::Fp8:
-      pdl_launch(decode_all_k<Width::Fp8>, blocks, 128, 0, s, w, fast, out);
-      break;
-    case Width::Fp4:
-      pdl_launch(decode_all_k<Width::Fp4>, blocks, 128, 0, s, w, fast, out);
-      break;
-  }
+  with_width(width_of(w.format), [&](auto Wc) {
+    pdl_launch(decode_all_k<decltype(Wc)::value>, blocks, 128, 0, s, w, fast, out);
+  });
   BLOOMERY_CUDA_CHECK_LAUNCH("moe_decode_units " +
                              pairs_shape(1, static_cast<int64_t>(w.rows), static_cast<int64_t>(w.cols)));
 }
