@@ -47,7 +47,7 @@ double since(Clock::time_point t0) {
 const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},     {"eager-zero", "lazy-zero"},
                                                        {"epilogue", "fused"}, {"gemm-lib", "cublaslt"},
                                                        {"moe", "moe2"},       {"pdl", "pdl"},
-                                                       {"gemv-x", "x-once"}};
+                                                       {"gemv-x", "x-once"},  {"gemv-group", "grouped"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
