@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# What waits for the card (written 2026-12-02 when that session's device time ran out), one device call of about
+# 8 minutes, in order of weight; $OUT/all.tgz is packed after every step, so a cut-off call returns what ran.
+#   1. GPU suite and GoldenCuda with the grouped products on (BLOOMERY_CUDA_GEMV_GROUP=1: matmul_group in one
+#      GEMV launch per weight width; CudaLinear.GroupedProductsEqualSeparateOnes) and with them off (the default,
+#      which also re-checks the with_width fold and the models' reordered products);
+#   2. bench --ab gemv-group at C = 1 and 4 (flip the default in cuda_backend.h only if every round wins);
+#   3. MTP on the trained qwen4_exp on the card (issue 13's speed-up target): bloomery run, drafting off / K = 1, 3;
+#   4. the grammar mask's share of the full-size step (issue 19; needs the tokenizer carried, see below).
+# Build and carry:
+#   scripts/device-bundle.sh && npm install --no-audit --no-fund --prefix tests/tokenizer &&
+#   mkdir -p .devcarry-all && tar -czf .devcarry-all/b.tgz --exclude=.devcarry/bundle/bin/bloomery-serve .devcarry/bundle
+#   device run, carry [".devcarry-all", "tests/tokenizer/node_modules"], command: bash scripts/gpu/pending.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/bundle-env.sh
+pack() { (cd $out && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
+BLOOMERY_CUDA_GEMV_GROUP=1 gpu_suite gpu-tests-group.txt '' 220
+BLOOMERY_CUDA_GEMV_GROUP=1 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden-group.txt 2>&1
+echo "golden (group on) rc=$?"; grep -E "PASSED|FAILED" $out/golden-group.txt | head -3
+timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
+echo "golden (group off) rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -3
+pack
+timeout 150 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 -c 1,4 -r 3 \
+  --ab gemv-group --json-out $out/ab-gemv-group.json > $out/ab-gemv-group.txt 2>&1
+echo "ab gemv-group rc=$?"; grep -E "^\| tg|graphs \(" $out/ab-gemv-group.txt
+pack
+P="$(head -c 3000 reference/trained/corpus/heldout.txt | tail -c 400)"
+for k in 0 1 3; do
+  spec=(); [ $k -gt 0 ] && spec=(--spec-type draft-mtp --spec-draft-n-max $k)
+  for r in 1 2 3; do
+    timeout 60 $B/bin/bloomery run -m tests/fixtures/trained/qwen4_exp-bf16 --backend cuda -p "$P" -n 200 --temp 0 \
+      --ignore-eos "${spec[@]}" 2>&1 > /dev/null | grep -E "tokens/s|drafts:|acceptance" | sed "s/^/K=$k round $r: /" \
+      >> $out/mtp-trained.txt
+  done
+done
+cat $out/mtp-trained.txt
+pack
+[ -d tests/tokenizer/node_modules ] && OUT=$out BUNDLE=$B timeout 170 bash scripts/gpu/grammar-mask.sh
+pack
+find $out -mindepth 1 -not -name all.tgz -delete
