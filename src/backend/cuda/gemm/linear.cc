@@ -13,6 +13,26 @@ namespace bloomery::cuda {
 
 // ---- matmul ----------------------------------------------------------------------------------------------
 
+namespace {
+
+// Stored bytes of n rows of a weight (the per-op times): the format table's element bits plus one scale byte
+// per 16 for FP4.
+double stored_bytes(const DeviceWeight& dw, int64_t n) {
+  const FormatInfo& fi = format_info(dw.format);
+  const double per_elem = fi.bits_per_element / 8.0 + (fi.bits_per_element == 4 ? 1.0 / 16 : 0.0);
+  return per_elem * static_cast<double>(n) * static_cast<double>(dw.cols);
+}
+
+// The device weight of a product, after the check every product takes.
+const DeviceWeight& product_weight(const Weight& w) {
+  const DeviceWeight& dw = device_weight(w, "matmul");
+  need(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
+       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
+  return dw;
+}
+
+}  // namespace
+
 void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight& dw, int64_t row0, int64_t n,
                          const cuda::Epilogue& e) {
   const int64_t K = static_cast<int64_t>(dw.cols);
@@ -26,10 +46,7 @@ void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight
   std::string key;
   double bytes = 0;
   if (op_times_.enabled()) {
-    // Stored bytes of the rows read: the format table's element bits plus one scale byte per 16 for FP4.
-    const FormatInfo& fi = format_info(dw.format);
-    const double per_elem = fi.bits_per_element / 8.0 + (fi.bits_per_element == 4 ? 1.0 / 16 : 0.0);
-    bytes = per_elem * static_cast<double>(n) * static_cast<double>(K);
+    bytes = stored_bytes(dw, n);
     key = std::string(T <= kGemvUpTo ? "gemv " : "gemm ") + std::string(format_name(dw.format)) + " [" +
           std::to_string(n) + ", " + std::to_string(K) + "] T" + std::to_string(T);
   }
@@ -48,9 +65,7 @@ void CudaBackend::linear(float* y, const float* x, int64_t T, const DeviceWeight
 // out = e(x · W[row0 : row0 + n]ᵀ) after the checks every product takes (matmul, matmul_rows, the epilogue).
 void CudaBackend::linear_checked(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n,
                                  const cuda::Epilogue& e) {
-  const DeviceWeight& dw = device_weight(w, "matmul");
-  need(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
-       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
+  const DeviceWeight& dw = product_weight(w);
   check_matmul_args(out, x, w, row0, n);
   linear(out.out_f32({&x}), x.f32(), x.rows(), dw, row0, n, e);
 }
@@ -78,17 +93,10 @@ void CudaBackend::matmul_group(std::span<const Backend::Product> products, const
   ps.reserve(products.size());
   double bytes = 0;
   for (const Backend::Product& p : products) {
-    const DeviceWeight& dw = device_weight(*p.w, "matmul");
-    need(static_cast<int64_t>(dw.cols) == p.w->cols() && static_cast<int64_t>(dw.rows) == p.w->rows(),
-         "matmul", "a weight whose logical rows are its stored rows",
-         p.w->name() + " " + shape_string(p.w->shape()));
+    const DeviceWeight& dw = product_weight(*p.w);
     check_matmul_args(*p.out, x, *p.w, 0, p.w->rows());
     ps.push_back({dw, nullptr, {p.e.pre, act_code(p.e.act), p.e.post}});
-    if (op_times_.enabled()) {
-      const FormatInfo& fi = format_info(dw.format);
-      bytes += (fi.bits_per_element / 8.0 + (fi.bits_per_element == 4 ? 1.0 / 16 : 0.0)) *
-               static_cast<double>(dw.rows) * static_cast<double>(dw.cols);
-    }
+    if (op_times_.enabled()) bytes += stored_bytes(dw, static_cast<int64_t>(dw.rows));
   }
   if (!gemv_group_applies(ps, x.f32(), static_cast<int>(T))) return Backend::matmul_group(products, x);
   for (size_t i = 0; i < ps.size(); ++i) ps[i].y = products[i].out->out_f32({&x});
