@@ -250,8 +250,14 @@ void SocketComm::recv_msg(int fd, int peer, uint32_t op, void* data, uint64_t by
   if (h.op != op || h.bytes != bytes)
     fail("E_TP_MISMATCH", what, fmt::format("collective {} of {} bytes", op, bytes),
          fmt::format("rank {} at collective {} of {} bytes", peer, h.op, h.bytes));
-  if (bytes && !read_exact(fd, data, bytes, deadline, false, &closed))
-    fail("E_TP_RANK_FAILED", what, fmt::format("rank {}'s {} bytes", peer, bytes), "the connection stopped");
+  // A rank stalled between its header and its payload (SIGSTOP, a swapped-out host) is late, not gone.
+  if (bytes && !read_exact(fd, data, bytes, deadline, false, &closed)) {
+    if (closed)
+      fail("E_TP_RANK_FAILED", what, fmt::format("rank {}'s {} bytes", peer, bytes),
+           "its connection closed mid-message (process gone)");
+    fail("E_TP_TIMEOUT", what, fmt::format("all {} ranks within {} ms", size_, wait.count()),
+         fmt::format("rank {} stalled mid-message ({} bytes announced)", peer, bytes));
+  }
 }
 
 void SocketComm::all_reduce_sum(float* data, size_t n, std::string_view what) {

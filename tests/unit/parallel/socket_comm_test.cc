@@ -2,6 +2,9 @@
 // broadcasts from any root; a rank that gives up is named to the others at once; bad --nodes are refused.
 #include "parallel/socket_comm.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -107,6 +110,45 @@ TEST(SocketComm, LateRankIsNamedWithinTheDeadline) {
   EXPECT_NE(errors[0].find("rank 1 did not arrive"), std::string::npos) << errors[0];
   EXPECT_NE(errors[1], "");  // the late rank learns it was too late
   EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+}
+
+// A rank stopped (SIGSTOP) between a message's header and its bytes is late, not gone: rank 0 says
+// E_TP_TIMEOUT, and E_TP_RANK_FAILED only once the connection really closes. The fake rank 1 speaks the wire
+// format by hand: Hello {rank, size}, then a Header {op 1 = all-reduce, pad, bytes} without its bytes.
+TEST(SocketComm, RankStalledMidMessageIsLateNotGone) {
+  const int port = test_port(4);
+  std::string error;
+  std::thread leader([&] {
+    try {
+      auto c = SocketComm::connect(0, 2, NodeAddress{"127.0.0.1", port}, 400ms, 10000ms);
+      float x = 1;
+      c->all_reduce_sum(&x, 1, "layer 0 MLP all-reduce");
+    } catch (const Error& e) {
+      error = e.id() + " | " + e.what();
+    }
+  });
+  int fd = -1;
+  for (int tries = 0; tries < 200 && fd < 0; ++tries) {
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(uint16_t(port));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+      close(fd);
+      fd = -1;
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+  ASSERT_GE(fd, 0);
+  const int32_t hello[2] = {1, 2};
+  const uint32_t header[4] = {1, 0, 4, 0};  // op, pad, bytes (u64, little-endian) = 4
+  ASSERT_EQ(write(fd, hello, sizeof(hello)), ssize_t(sizeof(hello)));
+  ASSERT_EQ(write(fd, header, sizeof(header)), ssize_t(sizeof(header)));
+  leader.join();  // the fake rank stays silent and connected
+  close(fd);
+  EXPECT_EQ(error.rfind("E_TP_TIMEOUT", 0), 0u) << error;
+  EXPECT_NE(error.find("rank 1 stalled mid-message"), std::string::npos) << error;
 }
 
 TEST(SocketComm, BadNodeListsAreRefusedByName) {
