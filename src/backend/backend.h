@@ -123,6 +123,21 @@ class Backend : public virtual FamilyOps {
   virtual std::vector<float> download(const Tensor& t) = 0;
   virtual void copy(Tensor& dst, const Tensor& src) = 0;  // same numel, any shapes
   virtual void fill(Tensor& t, float value) = 0;
+  // For each tensor of logits [rows, V], the index of its last row's largest value, the lowest index among
+  // equal maxima (greedy decoding without bringing the rows back). Default: download each row and scan it
+  // here.
+  virtual std::vector<int32_t> argmax_last_rows(std::span<const Tensor> logits) {
+    std::vector<int32_t> ids;
+    for (const Tensor& t : logits) {
+      const int64_t V = t.cols();
+      const std::vector<float> row = download(t.view({t.rows(), V}).slice(t.rows() - 1, 1));
+      int32_t best = 0;
+      for (int64_t i = 1; i < V; ++i)
+        if (row[i] > row[best]) best = static_cast<int32_t>(i);
+      ids.push_back(best);
+    }
+    return ids;
+  }
 
   // ---- step graphs ---------------------------------------------------------------------------------------
   // begin_step(key) … end_step() bracket the ops of one decode step so that a backend may record them once

@@ -64,7 +64,7 @@ void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
       draft_feed(model_, backend_, *it.state, r.hidden, it.ids, true);
     }
   }
-  if (!it.want_logits) return;
+  if (!it.want_logits || (it.argmax_only && !it.speculative)) return;  // argmax_only: forward() takes it
   std::vector<float> all = backend_.download(r.logits);
   if (it.speculative) {
     it.logits = std::move(all);
@@ -72,6 +72,12 @@ void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
   }
   const int64_t v = r.logits.cols();
   it.logits.assign(all.end() - v, all.end());  // the last position's row
+}
+
+bool argmax_suffices(const SamplingParams& p) {
+  const bool greedy = p.temperature <= 0.0 || p.top_k == 1;
+  const bool penalties = p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
+  return greedy && !penalties && p.logit_bias.empty() && p.n_probs == 0 && !p.logprob;
 }
 
 void ModelStepEngine::enable_drafting(DraftOptions options) {
@@ -122,6 +128,18 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
   try {
     std::vector<ForwardResult> r = forward_step(model_, backend_, batch);
     for (size_t i = 0; i < owners.size(); ++i) after_forward(r[i], *owners[i]);
+    // Greedy decodes: the argmax of every such row in one pass (one launch and one small copy on the card).
+    std::vector<Tensor> rows;
+    std::vector<StepItem*> greedy;
+    for (size_t i = 0; i < owners.size(); ++i)
+      if (owners[i]->want_logits && owners[i]->argmax_only && !owners[i]->speculative) {
+        rows.push_back(r[i].logits);
+        greedy.push_back(owners[i]);
+      }
+    if (!rows.empty()) {
+      const std::vector<int32_t> ids = backend_.argmax_last_rows(rows);
+      for (size_t i = 0; i < greedy.size(); ++i) greedy[i]->argmax = ids[i];
+    }
     return;
   } catch (const Error& ex) {
     // A refusal of the batch as a whole comes before any state changed: run the entries one by one so that
@@ -135,7 +153,10 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
         continue;
       }
       try {
-        after_forward(std::move(model_.forward_batch(backend_, std::span(&batch[i], 1))[0]), *owners[i]);
+        ForwardResult one = std::move(model_.forward_batch(backend_, std::span(&batch[i], 1))[0]);
+        after_forward(one, *owners[i]);
+        if (owners[i]->want_logits && owners[i]->argmax_only && !owners[i]->speculative)
+          owners[i]->argmax = backend_.argmax_last_rows(std::span(&one.logits, 1))[0];
       } catch (const std::exception& e) {
         owners[i]->error = e.what();
       }
@@ -401,6 +422,7 @@ void Scheduler::step() {
     it.ids = s->feed;
     it.want_logits = true;
     it.speculative = !drafts.empty();
+    it.argmax_only = !it.speculative && !s->req.constrain && argmax_suffices(s->req.sampling);
     items.push_back(std::move(it));
     owners.push_back(s.get());
     decode_tokens += static_cast<int64_t>(s->feed.size());
@@ -581,7 +603,11 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
       s.req.constrain(masked);
       row = masked;
     }
-    SampledToken tok = sample_(row, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
+    SampledToken tok;
+    if (it.logits.empty() && it.argmax >= 0)  // the engine's argmax: what the sampler would draw here
+      tok.id = it.argmax;
+    else
+      tok = sample_(row, sp, std::span<const int32_t>(s.recent).last(look), s.rng);
     const bool accepted = j < n_drafts && tok.id == it.ids[j + 1];
     if (accepted) round.accepted[j] = 1;
     s.n_decoded++;

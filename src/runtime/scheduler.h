@@ -27,9 +27,12 @@ struct StepItem {
   SequenceState* state = nullptr;
   std::span<const int32_t> ids;  // a prompt chunk (≤ ubatch) or the one token being decoded
   bool want_logits = false;      // the chunk ends the prompt, or a decode token: logits of the last position
-  bool speculative = false;   // an MTP verify ([pending, drafts…]): logits of every row, commit() follows
-  std::vector<float> logits;  // out: [vocab] when want_logits ([rows · vocab] when speculative)
-  std::string error;          // out: non-empty when this sequence's forward failed (the others go on)
+  bool speculative = false;  // an MTP verify ([pending, drafts…]): logits of every row, commit() follows
+  bool argmax_only = false;  // a greedy decode (argmax_suffices): the engine may return `argmax` alone
+  std::vector<float>
+      logits;           // out: [vocab] when want_logits ([rows · vocab] when speculative), or empty with
+  int32_t argmax = -1;  //      argmax_only, when the engine gave the last row's argmax instead
+  std::string error;    // out: non-empty when this sequence's forward failed (the others go on)
 };
 
 // What the scheduler needs from the engine. One call per scheduler step with every active sequence.
@@ -92,8 +95,14 @@ struct SamplingParams {
   int repeat_last_n = 64;  // -1: the whole history
   uint64_t seed = 0;
   std::vector<std::pair<int32_t, float>> logit_bias;
-  int n_probs = 0;  // top log-probabilities to report per token
+  int n_probs = 0;       // top log-probabilities to report per token
+  bool logprob = false;  // the sampled token's own log-probability is reported
 };
+
+// True when the sampler's draw is the logits' argmax (greedy: lowest id among equal maxima), with nothing
+// that needs the row itself: no bias, no penalty, no reported probability. Such a decode step takes the
+// engine's argmax (on the card) instead of the row of logits.
+bool argmax_suffices(const SamplingParams& p);
 
 struct TokenProb {
   int32_t id = 0;

@@ -63,6 +63,7 @@ std::vector<std::shared_ptr<Generation>> Generation::start_all(Scheduler& schedu
     r.prompt = std::move(spec.prompt);
     r.n_predict = spec.n_predict;
     r.sampling = spec.sampling;
+    r.sampling.logprob = spec.logprobs;  // a reported log-probability needs the row of logits
     r.eos_ids = eos_ids;
     r.ignore_eos = spec.ignore_eos;
     r.id_slot = spec.id_slot;

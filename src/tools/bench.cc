@@ -77,18 +77,7 @@ BenchHooks hooks_for(Backend& be) {
       }
       BLOOMERY_CUDA_CHECK(on ? cudaProfilerStart() : cudaProfilerStop(), "bench --profile-tg range");
     };
-    h.greedy = [cb](std::span<const Tensor> logits) {
-      const cuda::SampleParams greedy;  // temperature 0: argmax, lowest index on ties
-      auto last = [](const Tensor& t) { return t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1); };
-      if (logits.size() == 1) return cb->sample(last(logits[0]), greedy);
-      // One [C, V] block so the C sequences are sampled by one launch and one copy back.
-      Tensor all = cb->alloc({static_cast<int64_t>(logits.size()), logits[0].cols()});
-      for (size_t i = 0; i < logits.size(); ++i) {
-        Tensor row = all.slice(static_cast<int64_t>(i), 1);
-        cb->copy(row, last(logits[i]));
-      }
-      return cb->sample(all, greedy);
-    };
+    h.greedy = [cb](std::span<const Tensor> logits) { return cb->argmax_last_rows(logits); };
     return h;
   }
 #endif

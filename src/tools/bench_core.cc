@@ -229,15 +229,7 @@ bool last_row_finite(Backend& backend, const Tensor& logits) {
 BenchHooks host_hooks(Backend& backend) {
   BenchHooks h;
   h.sync = [] {};
-  h.greedy = [&backend](std::span<const Tensor> logits) {
-    std::vector<int32_t> ids;
-    for (const Tensor& t : logits) {
-      const Tensor last = t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1);
-      const std::vector<float> row = backend.download(last);
-      ids.push_back(static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin()));
-    }
-    return ids;
-  };
+  h.greedy = [&backend](std::span<const Tensor> logits) { return backend.argmax_last_rows(logits); };
   return h;
 }
 

@@ -158,6 +158,8 @@ class CudaBackend final : public Backend {
 
   // Sampling on the card (not yet part of Backend): one token per row of logits [R, V].
   std::vector<int32_t> sample(const Tensor& logits, const SampleParams& p);
+  // The rows gathered into one [C, V] block, one greedy sample launch, C ids copied back.
+  std::vector<int32_t> argmax_last_rows(std::span<const Tensor> logits) override;
 
  private:
   // Copies a host array into this call's scratch region `slot` (0..3) and returns the device pointer.

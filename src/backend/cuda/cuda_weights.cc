@@ -233,4 +233,19 @@ std::vector<int32_t> CudaBackend::sample(const Tensor& logits, const SampleParam
   return out;
 }
 
+std::vector<int32_t> CudaBackend::argmax_last_rows(std::span<const Tensor> logits) {
+  if (logits.empty()) return {};
+  const SampleParams greedy;  // temperature 0: argmax, lowest index on ties
+  auto last = [](const Tensor& t) { return t.view({t.rows(), t.cols()}).slice(t.rows() - 1, 1); };
+  if (logits.size() == 1) return sample(last(logits[0]), greedy);
+  Tensor all = alloc({static_cast<int64_t>(logits.size()), logits[0].cols()});
+  for (size_t i = 0; i < logits.size(); ++i) {
+    need(logits[i].cols() == logits[0].cols(), "argmax_last_rows", "rows of one vocabulary",
+         logits[i].shape_str() + " after " + logits[0].shape_str());
+    Tensor row = all.slice(static_cast<int64_t>(i), 1);
+    copy(row, last(logits[i]));
+  }
+  return sample(all, greedy);
+}
+
 }  // namespace bloomery::cuda

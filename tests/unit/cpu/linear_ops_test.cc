@@ -168,4 +168,14 @@ TEST(CpuOps, ExpertsAreWeightedSwiGLU) {
     }
 }
 
+// Greedy without the rows: each tensor's last row, the lowest index among equal maxima (the sampler's rule).
+TEST(CpuOps, ArgmaxOfLastRowsTakesTheLowestAmongEqualMaxima) {
+  auto be = make_cpu_backend(1);
+  Tensor a = be->upload(std::vector<float>{9, 0, 0, /* last row */ 1, 5, 5}, {2, 3});
+  Tensor b = be->upload(std::vector<float>{-2, -1, -1, -3}, {1, 4});
+  const std::vector<Tensor> rows = {a, b};
+  EXPECT_EQ(be->argmax_last_rows(rows), (std::vector<int32_t>{1, 1}));
+  EXPECT_TRUE(be->argmax_last_rows({}).empty());
+}
+
 }  // namespace bloomery

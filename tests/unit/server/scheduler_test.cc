@@ -2,8 +2,10 @@
 // scheduler hands out can be checked; the engine records what each pass contained.
 #include "runtime/scheduler.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <future>
 #include <thread>
 
@@ -268,4 +270,43 @@ TEST(Scheduler, PreparesTheConstraintWhileTheForwardRuns) {
     EXPECT_EQ(order[i], "prepare") << i;
     EXPECT_EQ(order[i + 1], "constrain") << i;
   }
+}
+
+// A greedy decode with nothing that needs its row (argmax_suffices) asks the engine for the argmax alone; the
+// engine's id is taken as the token. Penalties, a bias, reported probabilities or sampling keep the row.
+TEST(Scheduler, GreedyDecodesTakeTheEnginesArgmax) {
+  struct ArgmaxEngine : ScriptEngine {
+    std::atomic<int> flagged{0};
+    void forward(std::span<StepItem> items) override {
+      ScriptEngine::forward(items);
+      for (auto& it : items) {
+        if (!it.argmax_only) continue;
+        flagged++;
+        it.argmax =
+            static_cast<int32_t>(std::max_element(it.logits.begin(), it.logits.end()) - it.logits.begin());
+        it.logits.clear();
+      }
+    }
+  };
+  SamplingParams g = greedy();
+  EXPECT_TRUE(argmax_suffices(g));
+  for (auto change : std::vector<std::function<void(SamplingParams&)>>{
+           [](SamplingParams& p) { p.repeat_penalty = 1.1; },
+           [](SamplingParams& p) { p.presence_penalty = 0.5; },
+           [](SamplingParams& p) { p.frequency_penalty = 0.5; },
+           [](SamplingParams& p) {
+             p.logit_bias = {{3, 1.0f}};
+           },
+           [](SamplingParams& p) { p.n_probs = 2; }, [](SamplingParams& p) { p.logprob = true; },
+           [](SamplingParams& p) { p.temperature = 0.8; }}) {
+    SamplingParams p = greedy();
+    change(p);
+    EXPECT_FALSE(argmax_suffices(p));
+  }
+  ArgmaxEngine e;
+  Scheduler s(e, {1, 64, 16, 8}, server::sample_token);
+  Result r = run(s, {3, 4, 5}, 5).get();
+  EXPECT_EQ(r.tokens, (std::vector<int32_t>{6, 7, 8, 9, 10}));
+  EXPECT_EQ(e.flagged.load(), 4)
+      << "the first token comes from the prompt's row; the 4 decodes take the argmax";
 }
