@@ -7,6 +7,12 @@ out=${OUT:-/tmp}
 B=.devcarry/bundle
 # The toolkit's libraries (cuBLASLt) come from the machine's CUDA install, the Debian ones from the bundle.
 export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"
+# NCCL (opened at run time by TP over GPUs): the toolkit's, else PyTorch's wheel (nvidia-nccl-cu13).
+if [ ! -e /usr/local/cuda/lib64/libnccl.so.2 ]; then
+  nccl_dir=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  [ -n "$nccl_dir" ] && export LD_LIBRARY_PATH="$nccl_dir:$LD_LIBRARY_PATH"
+fi
+export NCCL_NVLS_ENABLE=0  # the workplace's rule: no NVLink multicast
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 for f in $B/bin/*; do ldd "$f" | grep "not found" | sed "s|^|MISSING for $f: |"; done
 # The GPU suite without its timing tests; the log to $out/$1 (default gpu-tests.txt), its summary printed.

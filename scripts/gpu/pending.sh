@@ -7,6 +7,8 @@
 #   2. bench --ab gemv-group at C = 1 and 4 (flip the default in cuda_backend.h only if every round wins);
 #   3. MTP on the trained qwen4_exp on the card (issue 13's speed-up target): bloomery run, drafting off / K = 1, 3;
 #   4. the grammar mask's share of the full-size step (issue 19; needs the tokenizer carried, see below).
+#   (after 1) tensor parallel on the card: --tp 2 over the loopback and the host path against TP 1, and the
+#      loopback's cost in the bench (issue 16).
 # Build and carry:
 #   scripts/device-bundle.sh && npm install --no-audit --no-fund --prefix tests/tokenizer &&
 #   mkdir -p .devcarry-all && tar -czf .devcarry-all/b.tgz --exclude=.devcarry/bundle/bin/bloomery-serve .devcarry/bundle
@@ -20,6 +22,21 @@ BLOOMERY_CUDA_GEMV_GROUP=1 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/
 echo "golden (group on) rc=$?"; grep -E "PASSED|FAILED" $out/golden-group.txt | head -3
 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
 echo "golden (group off) rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -3
+pack
+# Tensor parallel on the card (issue 16; the suite above holds TpLoopback.* and TpNccl.*): run --tp 2 over the
+# one-GPU loopback and the host path give TP 1's ids; bench TP 2 against TP 1 (the loopback's cost).
+for f in glm5_next-bf16 qwen4_exp-fp4local-csf; do
+  m=tests/fixtures/models/$f
+  one=$(timeout 60 $B/bin/bloomery run -m $m --backend cuda --prompt-ids 3,17,42,99,7 -n 24 --print-ids --no-progress 2>&1 | grep '^ids:')
+  for c in loopback host; do
+    two=$(BLOOMERY_TP_COLLECTIVE=$c timeout 60 $B/bin/bloomery run -m $m --backend cuda --tp 2 --prompt-ids 3,17,42,99,7 -n 24 --print-ids 2>$out/tp-$f-$c.log | grep '^ids:')
+    [ "$one" = "$two" ] && echo "tp2 $c $f: same ids" || echo "tp2 $c $f: DIFFER tp1 [$one] tp2 [$two]"
+  done
+done | tee $out/tp-run.txt
+for tp in 1 2 1 2; do
+  timeout 60 $B/bin/bloomery bench -m tests/fixtures/models/glm5_next-bf16 --backend cuda --tp $tp -p 64 -n 32 -r 3 2>&1 |
+    grep -E "^\| (pp|tg)" | sed "s/^/tp $tp: /"
+done | tee $out/tp-bench.txt
 pack
 timeout 150 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 -c 1,4 -r 3 \
   --ab gemv-group --json-out $out/ab-gemv-group.json > $out/ab-gemv-group.txt 2>&1

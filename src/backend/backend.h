@@ -22,6 +22,8 @@
 // work (files backend/cpu/{qsa,ple,hyper_connections,kda,mla_dsa,mhc}*.cc).
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -32,6 +34,7 @@
 #include "backend/family_ops.h"
 #include "backend/tensor.h"
 #include "core/error.h"
+#include "parallel/communicator.h"
 
 namespace bloomery {
 
@@ -137,6 +140,39 @@ class Backend : public virtual FamilyOps {
       ids.push_back(best);
     }
     return ids;
+  }
+
+  // ---- tensor parallel (models.md §2.7; parallel/communicator.h) -----------------------------------------
+  // This backend becomes rank comm.rank() of a TP group: every rank calls it once, together, before its
+  // model loads. A device backend sets up its device collective here. Returns how the collectives move data
+  // (the start screen's line).
+  virtual std::string join_tp(Communicator& comm, std::chrono::milliseconds collective_timeout) {
+    (void)comm;
+    (void)collective_timeout;
+    return "through host memory";
+  }
+  // t ← Σ over comm's ranks, in place, the same bytes on every rank. The default goes through host memory
+  // (download, the host collective, copy back): right for any backend and any communicator (threads, TCP).
+  // The CPU backend reduces its host memory directly; the CUDA backend reduces on the card when a device
+  // collective is attached (NCCL between GPUs, the loopback between ranks sharing one GPU).
+  virtual void tp_all_reduce(Tensor& t, Communicator& comm, std::string_view what) {
+    std::vector<float> h = download(t);
+    comm.all_reduce_sum(h.data(), h.size(), what);
+    Tensor back = upload(h, t.shape());
+    copy(t, back);
+  }
+  // [R, n] on every rank → [R, size·n], rank r's columns at [r·n, (r+1)·n) (a vocabulary-split head's
+  // logits). Default through host memory, as above.
+  virtual Tensor tp_gather_cols(const Tensor& local, Communicator& comm, std::string_view what) {
+    const int64_t R = local.rows(), n = local.cols(), size = comm.size();
+    const std::vector<float> mine = download(local);
+    std::vector<float> all(size_t(size * R * n));
+    comm.all_gather(mine.data(), mine.size(), all.data(), what);
+    std::vector<float> out(all.size());
+    for (int64_t r = 0; r < size; ++r)
+      for (int64_t i = 0; i < R; ++i)
+        std::copy_n(&all[size_t((r * R + i) * n)], n, &out[size_t((i * size + r) * n)]);
+    return upload(out, {R, size * n});
   }
 
   // ---- step graphs ---------------------------------------------------------------------------------------

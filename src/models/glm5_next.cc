@@ -394,12 +394,12 @@ class Glm5Next final : public BatchedModel {
         y = kda(be, L.kda, h, ks);
         for (Tensor& s : shared_sel) s = Tensor();
       }
-      tp_.all_reduce(y, "mixer all-reduce");  // row-parallel o_proj partials (KDA or MLA)
+      tp_.all_reduce(be, y, "mixer all-reduce");  // row-parallel o_proj partials (KDA or MLA)
       be.mhc_post(X, y, post, comb);
       be.mhc_pre(h, post, comb, X, *L.ffn_hc.fn, *L.ffn_hc.base, *L.ffn_hc.scale, mhc_spec());
       be.rms_norm(h, h, L.post_norm, c_.eps, NormKind::Plain);
       y = mlp(be, L.mlp, h, ms);
-      tp_.all_reduce(y, "MLP all-reduce");  // dense or shared + routed expert partials, one sum
+      tp_.all_reduce(be, y, "MLP all-reduce");  // dense or shared + routed expert partials, one sum
       be.mhc_post(X, y, post, comb);
       be.step_layer_done();
     }

@@ -88,9 +88,6 @@ std::unique_ptr<LoadedModel> prepare_model(const std::filesystem::path& folder, 
   names.reserve(lm->source->tensors().size());
   for (const TensorEntry& t : lm->source->tensors()) names.push_back(t.name);
   lm->config = read_model_config(lm->source->config(), names);
-  if (options.tp_size > 1 && backend_name != "cpu")
-    raise("E_TP_BACKEND", Where{lm->folder, "", "--tp"},
-          "the CPU backend (CUDA ranks need NCCL, not built yet)", std::string(backend_name));
   lm->config.tp_rank = options.tp_rank;
   lm->config.tp_size = options.tp_size;
   lm->config.comm = options.comm;

@@ -209,11 +209,11 @@ class Qwen3Next final : public BatchedModel {
         gdn(be, lw, x, y, gs);
         ++gdn_i;
       }
-      tp_.all_reduce(y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
+      tp_.all_reduce(be, y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
       be.add(h, h, y);
       be.rms_norm(x, h, lw.post_norm, c_.eps, NormKind::OnePlus);
       mlp(be, lw, c_.moe[l], x, y);
-      tp_.all_reduce(y, "MLP all-reduce");  // routed + shared expert partials, one sum
+      tp_.all_reduce(be, y, "MLP all-reduce");  // routed + shared expert partials, one sum
       be.add(h, h, y);
       be.step_layer_done();
     }

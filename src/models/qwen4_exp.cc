@@ -352,11 +352,11 @@ class Qwen4Exp final : public BatchedModel {
         }
         y = gdn(be, L.gdn, u, gs);
       }
-      tp_.all_reduce(y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
+      tp_.all_reduce(be, y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
       be.hc_inject(X, y, inj);
       u = hc_read(be, L.mlp_hc, X, &inj);
       y = moe(be, L.moe, u);
-      tp_.all_reduce(y, "MoE all-reduce");  // routed + shared expert partials, one sum
+      tp_.all_reduce(be, y, "MoE all-reduce");  // routed + shared expert partials, one sum
       be.hc_inject(X, y, inj);
       be.step_layer_done();
     }

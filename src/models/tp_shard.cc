@@ -41,20 +41,12 @@ TensorCut TpShard::cols(int64_t n, int64_t unit) const {
   return TensorCut::cols(rank * len, (rank + 1) * len);
 }
 
-void TpShard::all_reduce(Tensor& t, std::string_view what) const {
-  if (on()) comm->all_reduce_sum(t.f32(), size_t(t.numel()), what);
+void TpShard::all_reduce(Backend& be, Tensor& t, std::string_view what) const {
+  if (on()) be.tp_all_reduce(t, *comm, what);
 }
 
 Tensor TpShard::gather_cols(Backend& be, const Tensor& local, std::string_view what) const {
-  if (!on()) return local;
-  const int64_t R = local.rows(), n = local.cols();
-  std::vector<float> all(size_t(size * R * n));
-  comm->all_gather(local.f32(), size_t(R * n), all.data(), what);
-  std::vector<float> out(all.size());
-  for (int r = 0; r < size; ++r)
-    for (int64_t i = 0; i < R; ++i)
-      std::memcpy(&out[size_t((i * size + r) * n)], &all[size_t((r * R + i) * n)], size_t(n) * sizeof(float));
-  return be.upload(out, {R, size * n});
+  return on() ? be.tp_gather_cols(local, *comm, what) : local;
 }
 
 TpKvHeads tp_kv_heads(const TpShard& tp, int64_t q_heads, int64_t kv_heads) {

@@ -3,7 +3,7 @@
 // declarations, and the two collectives a forward needs: the sum of row-parallel partials and the all-gather
 // of a vocabulary-split head's logits. With tp_size 1 every cut is whole and every collective does nothing.
 //
-// The collectives work on host memory (the CPU backend's tensors); the loader refuses TP on other backends.
+// The collectives run through the backend, which reduces where its tensors live (Backend::tp_all_reduce).
 #pragma once
 
 #include <cstdint>
@@ -31,8 +31,9 @@ struct TpShard {
   // This rank's block of columns (a row-parallel projection's input).
   TensorCut cols(int64_t n, int64_t unit = 1) const;
 
-  // t ← Σ over ranks (rank order), in place. Nothing when size is 1.
-  void all_reduce(Tensor& t, std::string_view what) const;
+  // t ← Σ over ranks (rank order), in place, through the backend (Backend::tp_all_reduce). Nothing when
+  // size is 1.
+  void all_reduce(Backend& be, Tensor& t, std::string_view what) const;
   // [R, n] on every rank → [R, size·n], rank r's columns at [r·n, (r+1)·n).
   Tensor gather_cols(Backend& be, const Tensor& local, std::string_view what) const;
 };

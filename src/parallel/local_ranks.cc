@@ -30,10 +30,11 @@ LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeou
     : size_(size), group_(size, collective_timeout), follower_errors_(size) {
   // Followers load and then wait for plans. Their load errors surface at the first barrier below.
   for (int r = 1; r < size; ++r)
-    followers_.emplace_back([this, r, folder, options, &make_backend] {
+    followers_.emplace_back([this, r, folder, options, collective_timeout, &make_backend] {
       Communicator& c = group_.rank(r);
       try {
         std::unique_ptr<Backend> be = make_backend(r);
+        be->join_tp(c, collective_timeout);
         LoadOptions o = options;
         o.progress = ProgressMode::Quiet;
         o.on_plan = nullptr;
@@ -53,6 +54,7 @@ LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeou
   try {
     Communicator& c = group_.rank(0);
     be0_ = make_backend(0);
+    collectives_ = be0_->join_tp(c, collective_timeout);
     options.tp_rank = 0;
     options.tp_size = size;
     options.comm = &c;

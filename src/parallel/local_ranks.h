@@ -38,6 +38,7 @@ class LocalTpRanks {
   LoadedModel& model() { return *lm0_; }  // rank 0's (tokenizer folder, warnings, info)
   Backend& backend() { return *be0_; }
   Communicator& comm() { return group_.rank(0); }  // rank 0's: the server's step engine plans through it
+  const std::string& collectives() const { return collectives_; }  // rank 0's Backend::join_tp line
 
   SeqId add_sequence(int64_t capacity);
   void remove_sequence(SeqId id);
@@ -55,6 +56,7 @@ class LocalTpRanks {
   std::unique_ptr<TpLeader> leader_;
   std::vector<std::thread> followers_;
   std::vector<std::exception_ptr> follower_errors_;
+  std::string collectives_;
   bool stopped_ = false;
 };
 

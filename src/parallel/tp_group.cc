@@ -51,7 +51,8 @@ TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, Lo
       load.tp_rank = layout.rank;
       load.tp_size = layout.size;
       load.comm = net_.get();
-      backend_ = make_backend(threads);
+      backend_ = make_backend(threads, layout.rank);
+      collectives_ = backend_->join_tp(*net_, layout.timeout);
       lm_ = load_model(folder, *backend_, load);
       net_->barrier("load", kLoadDeadline);
       engine_ = std::make_unique<Engine>(*backend_, *lm_->model);
@@ -61,9 +62,10 @@ TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, Lo
       const int all = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
       const int per_rank = std::max(1, all / layout.size);
       ranks_ = std::make_unique<LocalTpRanks>(layout.size, layout.timeout, folder, load,
-                                              [&](int) { return make_backend(per_rank); });
+                                              [&](int rank) { return make_backend(per_rank, rank); });
+      collectives_ = ranks_->collectives();
     } else {
-      backend_ = make_backend(threads);
+      backend_ = make_backend(threads, 0);
       lm_ = load_model(folder, *backend_, load);
       engine_ = std::make_unique<Engine>(*backend_, *lm_->model);
     }

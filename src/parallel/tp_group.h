@@ -42,7 +42,8 @@ TpLayout resolve_tp(const TpFlags& flags);
 
 class TpGroup {
  public:
-  using MakeBackend = std::function<std::unique_ptr<Backend>(int threads)>;
+  // A rank's backend: `threads` CPU workers, `rank` its TP rank (a CUDA backend picks its GPU from it).
+  using MakeBackend = std::function<std::unique_ptr<Backend>(int threads, int rank)>;
   // Loads the model on every rank this process holds. `threads`: the process's CPU threads (0 = every
   // core), shared out between in-process ranks. Throws the load's errors (E_TP_CUT before anything loads).
   TpGroup(const TpLayout& layout, const std::filesystem::path& folder, LoadOptions options,
@@ -60,6 +61,8 @@ class TpGroup {
 
   Backend& backend() { return ranks_ ? ranks_->backend() : *backend_; }
   LoadedModel& model() { return ranks_ ? ranks_->model() : *lm_; }
+  // How this rank's collectives move data (Backend::join_tp; "" without TP): the start screen's line.
+  const std::string& collectives() const { return collectives_; }
   // Rank 0's communicator (null without TP): the server's step engine sends its plans through it.
   Communicator* comm();
 
@@ -79,6 +82,7 @@ class TpGroup {
   std::unique_ptr<LocalTpRanks> ranks_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<TpLeader> leader_;
+  std::string collectives_;
   bool stopped_ = false;
 };
 

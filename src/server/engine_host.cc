@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <fstream>
 #include <set>
 
@@ -28,16 +29,15 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   // CUDA when this build has it, a device is present and the family runs on it.
   h->layout_ = resolve_tp(TpFlags{o.tp, o.nodes, o.node_rank, o.collective_timeout_ms});
   if (h->layout_.distributed()) {
-    // TP ranks run on the CPU for now: NCCL, which CUDA ranks need, is not built.
-    if (o.device == "cuda0")
-      raise("E_TP_BACKEND", Where{"", "", "--tp"}, "-dev none (CUDA ranks need NCCL, not built yet)",
-            "cuda0");
     if (o.spec_type != "none")
       raise("E_FLAG_REFUSED", Where{"", "", "--spec-type"}, "none with --tp/--nodes", o.spec_type,
             "draft layers are not cut over ranks yet");
   }
-  const BackendPick pick = pick_backend(
-      o.device == "none" || h->layout_.distributed() ? "cpu" : (o.device == "cuda0" ? "cuda" : "auto"),
+  const BackendPick pick = pick_backend(  // Under TP, auto stays on CPU ranks: CUDA ranks only with -dev
+                                          // cuda0 until a GPU run verified them.
+      o.device == "none" || (h->layout_.distributed() && o.device != "cuda0")
+          ? "cpu"
+          : (o.device == "cuda0" ? "cuda" : "auto"),
       h->folder_);
   h->backend_name_ = pick.name;
   h->backend_why_ = pick.why;
@@ -168,8 +168,12 @@ void EngineHost::load_ranks(const SchedulerConfig& config, int threads,
     };
   }
   group_ = std::make_unique<TpGroup>(
-      layout_, folder_, lo, [](int n) { return std::make_unique<cpu::CpuBackend>(n); }, threads);
+      layout_, folder_, lo, [this](int n, int rank) { return make_backend(backend_name_, n, rank); },
+      threads);
   if (progress) progress(1, 1);
+  if (layout_.distributed())
+    std::fprintf(stderr, "parallel    rank %d of %d: collectives %s\n", layout_.rank, layout_.size,
+                 group_->collectives().c_str());
   if (group_->follower()) return;
   // Heartbeats often enough that a dead rank is named within a deadline and a half of going quiet, and that
   // the followers, which wait for plans under the deadline, always get one in time.

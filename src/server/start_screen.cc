@@ -76,8 +76,8 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   if (host.tp_size() > 1)
     out +=
         o.nodes.empty()
-            ? fmt::format("parallel    tensor parallel over {} CPU ranks in this process (--tp)\n",
-                          host.tp_size())
+            ? fmt::format("parallel    tensor parallel over {} {} ranks in this process (--tp)\n",
+                          host.tp_size(), host.backend_name() == "cuda" ? "CUDA" : "CPU")
             : fmt::format("parallel    tensor parallel, rank {} of {} over --nodes {}{}\n", o.node_rank,
                           host.tp_size(), o.nodes, o.node_rank == 0 ? " (serves HTTP)" : " (follows rank 0)");
   out += "formats     role                 stored bytes   formats\n";

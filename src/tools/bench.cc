@@ -280,7 +280,8 @@ int run_bench(int argc, char** argv) {
   if (tp.distributed()) {
     check_backend_runs(backend_name, folder);
     group = std::make_unique<TpGroup>(
-        tp, folder, LoadOptions{}, [&](int n) { return make_backend(backend_name, n); }, threads);
+        tp, folder, LoadOptions{}, [&](int n, int rank) { return make_backend(backend_name, n, rank); },
+        threads);
     if (group->follower()) {
       group->follow();
       return 0;

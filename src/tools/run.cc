@@ -240,7 +240,7 @@ int run_run(int argc, char** argv) {
   };
   // --tp N / --nodes: rank 0 (this process, or rank 0 of --nodes) drives, the other ranks follow.
   TpGroup group(
-      layout, folder, load, [&](int n) { return make_backend(backend_name, n); }, threads);
+      layout, folder, load, [&](int n, int rank) { return make_backend(backend_name, n, rank); }, threads);
   if (group.follower()) {
     group.follow();
     return 0;
@@ -248,6 +248,8 @@ int run_run(int argc, char** argv) {
   Backend* backend = &group.backend();
   LoadedModel* lm = &group.model();
   if (!no_progress) std::fprintf(stderr, "loaded %s\n", lm->stats.summary().c_str());
+  if (!no_progress && layout.distributed())
+    std::fprintf(stderr, "tensor parallel: collectives %s\n", group.collectives().c_str());
   Model& model = *lm->model;
   const ModelInfo& info = model.info();
   for (const auto& w : lm->warnings.summary()) std::fprintf(stderr, "warning: %s\n", w.c_str());

@@ -5,7 +5,9 @@
 namespace bloomery::tools {
 
 void add_tp_options(CLI::App& app, TpFlags& f) {
-  app.add_option("--tp", f.tp, "tensor-parallel ranks (CPU ranks in this process, one thread group each)")
+  app.add_option("--tp", f.tp,
+                 "tensor-parallel ranks in this process (CPU: a thread group each; CUDA: one GPU each, or "
+                 "all on one GPU through the loopback)")
       ->check(CLI::Range(1, 64));
   app.add_option("--collective-timeout-ms", f.collective_timeout_ms,
                  "deadline of every inter-rank collective; a rank later than this is named and the run fails")
@@ -19,11 +21,7 @@ void add_tp_options(CLI::App& app, TpFlags& f) {
 }
 
 void tp_backend(const TpLayout& layout, std::string& backend_name) {
-  if (!layout.distributed()) return;
-  if (backend_name == "auto") backend_name = "cpu";
-  if (backend_name != "cpu")
-    raise("E_TP_BACKEND", Where{"", "", "--tp"}, "--backend cpu (CUDA ranks need NCCL, not built yet)",
-          backend_name);
+  if (layout.distributed() && backend_name == "auto") backend_name = "cpu";
 }
 
 }  // namespace bloomery::tools

@@ -12,7 +12,8 @@ namespace bloomery::tools {
 
 void add_tp_options(CLI::App& app, TpFlags& flags);
 
-// TP ranks run on the CPU for now: --backend auto becomes cpu, cuda is refused (E_TP_BACKEND naming --tp).
+// Under TP, --backend auto stays on CPU ranks: CUDA ranks (NCCL, the one-GPU loopback) are taken only when
+// asked for (--backend cuda) until a GPU run has verified them (issue 16).
 void tp_backend(const TpLayout& layout, std::string& backend_name);
 
 }  // namespace bloomery::tools

@@ -196,7 +196,6 @@ test('TP flag errors name the flag: -sm none with --tp 2, --node-rank, CUDA rank
   assert.equal(r.code, 2, r.out);
   assert.match(r.out, /--node-rank/);
   for (const [args, want] of [
-    [['--tp', '2', '-dev', 'cuda0'], /E_TP_BACKEND: field '--tp': expected -dev none .*found cuda0/],
     [['--tp', '2', '--spec-type', 'draft-mtp'], /E_FLAG_REFUSED: field '--spec-type': expected none with --tp/],
     [['--tp', '3', '--nodes', '127.0.0.1:1,127.0.0.1:2'], /E_TP_NODES: field '--tp': expected --tp equal to the 2 --nodes, found 3/],
     [['--nodes', '127.0.0.1:1,127.0.0.1:2', '--node-rank', '2'], /E_TP_NODES: field '--node-rank'/],

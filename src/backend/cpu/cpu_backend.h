@@ -30,6 +30,11 @@ class CpuBackend final : private PoolHolder, public Backend, public CpuFamilyOps
   std::vector<float> download(const Tensor& t) override;
   void copy(Tensor& dst, const Tensor& src) override;
   void fill(Tensor& t, float value) override;
+  std::string join_tp(Communicator&, std::chrono::milliseconds) override { return "in host memory"; }
+  // Host memory: the collective reduces the tensor itself.
+  void tp_all_reduce(Tensor& t, Communicator& comm, std::string_view what) override {
+    comm.all_reduce_sum(t.f32(), size_t(t.numel()), what);
+  }
 
   Weight load_weight(const TensorSource& source, const WeightRecord& record, std::vector<int64_t> shape,
                      Warnings& warnings) override;

@@ -162,6 +162,7 @@ Tensor CudaBackend::upload(std::span<const float> data, std::vector<int64_t> sha
 
 std::vector<float> CudaBackend::download(const Tensor& t) {
   graphs_.not_capturable("download");
+  if (collective_) collective_->wait(stream_, "download " + t.shape_str());  // names a rank that hangs
   std::vector<float> r(static_cast<size_t>(t.numel()));
   if (t.type() == ElemType::I32) {
     std::vector<int32_t> ints(r.size());

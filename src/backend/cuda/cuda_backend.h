@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "backend/backend.h"
+#include "backend/cuda/collectives/device_collective.h"
 #include "backend/cuda/device_pool.h"
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/kernels.h"
@@ -156,6 +157,13 @@ class CudaBackend final : public Backend {
   // A weight from stored bytes already validated by the format layer (load_weight's upload step; tests).
   Weight upload_stored(const std::string& name, std::vector<int64_t> shape, const WeightBytes& stored);
 
+  // Tensor parallel (cuda_tp.cc): join_tp picks the device collective from where the ranks are (NCCL for
+  // ranks on distinct GPUs, the loopback for ranks of this process sharing this GPU, else host memory;
+  // BLOOMERY_TP_COLLECTIVE=nccl|loopback|host forces one). Collective steps run eagerly (not recorded).
+  std::string join_tp(Communicator& comm, std::chrono::milliseconds collective_timeout) override;
+  void tp_all_reduce(Tensor& t, Communicator& comm, std::string_view what) override;
+  Tensor tp_gather_cols(const Tensor& local, Communicator& comm, std::string_view what) override;
+
   // Sampling on the card (not yet part of Backend): one token per row of logits [R, V].
   std::vector<int32_t> sample(const Tensor& logits, const SampleParams& p);
   // The rows gathered into one [C, V] block, one greedy sample launch, C ids copied back.
@@ -182,6 +190,7 @@ class CudaBackend final : public Backend {
   int64_t read_ties(const int* d, const char* op);
 
   int device_ = 0;
+  std::unique_ptr<DeviceCollective> collective_;  // set by join_tp (null: no TP, or through host memory)
   StepGraphs graphs_{step_graphs_requested(), step_graph_segment_layers()};
   // The legacy default stream, or in graph mode a created stream (the legacy one cannot be captured). It
   // is a blocking stream, so the synchronous copies of upload/download still order with it.

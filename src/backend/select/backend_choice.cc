@@ -1,5 +1,6 @@
 // Backend selection: which backends this binary has, which families each can run, and the automatic choice.
 #include "backend/select/backend_choice.h"
+#include <algorithm>
 
 #include <fstream>
 
@@ -36,10 +37,12 @@ int cuda_device_count() {
 #endif
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads) {
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int tp_rank) {
   if (name == "cpu") return make_cpu_backend(threads);
 #ifdef BLOOMERY_HAVE_CUDA
-  if (name == "cuda") return make_cuda_backend(0);
+  // Tensor-parallel rank r of this host takes GPU r mod (GPUs seen): one GPU each when there are enough,
+  // else several ranks share one (the loopback in one process). CUDA_VISIBLE_DEVICES picks the GPUs.
+  if (name == "cuda") return make_cuda_backend(tp_rank % std::max(1, cuda_device_count()));
 #endif
   raise("E_BACKEND_UNAVAILABLE", Where{"", "", "--backend"},
         cuda_built() ? "cpu or cuda" : "cpu (this binary was built without CUDA)", name);

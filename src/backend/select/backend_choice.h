@@ -18,9 +18,10 @@ bool cuda_built();
 // CUDA devices visible to this process (0 without CUDA, a driver or a device).
 int cuda_device_count();
 
-// The named backend ("cpu" with `threads` workers, 0 = every core; "cuda" on device 0). Throws
+// The named backend ("cpu" with `threads` workers, 0 = every core; "cuda" on device tp_rank mod the GPUs
+// seen). Throws
 // E_BACKEND_UNAVAILABLE when the binary has no such backend.
-std::unique_ptr<Backend> make_backend(const std::string& name, int threads);
+std::unique_ptr<Backend> make_backend(const std::string& name, int threads, int tp_rank = 0);
 
 // The family ops `backend` lacks for `model_type` (empty: it can run that family).
 std::vector<std::string> missing_family_ops(const std::string& backend, const std::string& model_type);

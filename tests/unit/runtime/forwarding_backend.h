@@ -38,6 +38,15 @@ class ForwardingBackend : public Backend {
     on_host_transfer("upload");
     return in_->upload(data, std::move(shape));
   }
+  std::string join_tp(Communicator& comm, std::chrono::milliseconds timeout) override {
+    return in_->join_tp(comm, timeout);
+  }
+  void tp_all_reduce(Tensor& t, Communicator& comm, std::string_view what) override {
+    in_->tp_all_reduce(t, comm, what);
+  }
+  Tensor tp_gather_cols(const Tensor& local, Communicator& comm, std::string_view what) override {
+    return in_->tp_gather_cols(local, comm, what);
+  }
   std::vector<float> download(const Tensor& t) override {
     on_host_transfer("download");
     return in_->download(t);
