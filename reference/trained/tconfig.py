@@ -27,8 +27,8 @@ CHAT_PER_CHAPTER = 4  # chat samples (user: a verse, assistant: the next verse) 
 
 # Folders exported per family (the repo budget allows six; which layouts and why: docs/accuracy.md).
 LAYOUTS = {"qwen3_next": ["bf16", "modelopt-mixed"],
-           "qwen4_exp": ["bf16", "fp4local-csf"],
-           "glm5_next": ["bf16", "fp4local-csf"]}
+           "qwen4_exp": ["bf16", "fp4local-csf", "modelopt-mixed"],
+           "glm5_next": ["bf16", "fp4local-csf", "modelopt-mixed"]}
 
 _applied = False
 

@@ -26,7 +26,7 @@ timeout 90 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 16
   --spec-rows 2,4,8,9 --json-out $out/spec-cost.json > $out/spec-cost.txt 2>&1
 echo "spec rc=$?"; grep -E "^\| (tg|verify|draft)" $out/spec-cost.txt
 pack
-LAYOUTS=fp4local-csf FROM_MASTER_DIR=reference/trained/masters FAMILIES=qwen4_exp OUT=$out/trained timeout 150 \
+LAYOUTS=fp4local-csf FROM_MASTER_DIR=$(bash reference/trained/rebuild_masters.sh /tmp/masters) FAMILIES=qwen4_exp OUT=$out/trained timeout 150 \
   bash scripts/gpu/trained.sh > $out/trained.log 2>&1
 echo "trained rc=$?"; grep -E "PASS|FAIL|PPL" $out/trained.log | head -20
 pack

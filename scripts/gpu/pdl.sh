@@ -28,7 +28,7 @@ ab qwen3_next --synthetic qwen3_next -c 1
 timeout 120 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 16 -d 4096 -c 1 -r 3 \
   --spec-rows 2,4,8,9 --json-out $out/spec-cost.json > $out/spec-cost.txt 2>&1
 echo "spec rc=$?"; grep -E "^\| (tg|verify|draft)" $out/spec-cost.txt | head
-FROM_MASTER_DIR=reference/trained/masters FAMILIES=qwen4_exp OUT=$out/trained timeout 200 \
+FROM_MASTER_DIR=$(bash reference/trained/rebuild_masters.sh /tmp/masters) FAMILIES=qwen4_exp OUT=$out/trained timeout 200 \
   bash scripts/gpu/trained.sh > $out/trained.log 2>&1
 echo "trained rc=$?"; grep -E "PASS|FAIL|PPL|golden" $out/trained.log | head -20
 # Issue 14's CUDA columns for the committed qwen3_next / glm5_next folders: PPL and KL / top-1 against the CPU.

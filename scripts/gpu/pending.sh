@@ -7,6 +7,8 @@
 #   2. bench --ab gemv-group at C = 1 and 4 (flip the default in cuda_backend.h only if every round wins);
 #   3. MTP on the trained qwen4_exp on the card (issue 13's speed-up target): bloomery run, drafting off / K = 1, 3;
 #   4. the grammar mask's share of the full-size step (issue 19; needs the tokenizer carried, see below).
+#   (after 1) the trained ModelOpt layouts of qwen4_exp and glm5_next with goldens (issue 14; unpack
+#      $OUT/trained/trained-*.tar into the repo, add their rows to docs/accuracy.md);
 #   (after 1) tensor parallel on the card: --tp 2 over the loopback and the host path against TP 1, and the
 #      loopback's cost in the bench (issue 16).
 # Build and carry:
@@ -37,6 +39,12 @@ for tp in 1 2 1 2; do
   timeout 60 $B/bin/bloomery bench -m tests/fixtures/models/glm5_next-bf16 --backend cuda --tp $tp -p 64 -n 32 -r 3 2>&1 |
     grep -E "^\| (pp|tg)" | sed "s/^/tp $tp: /"
 done | tee $out/tp-bench.txt
+pack
+# Issue 14: the trained qwen4_exp and glm5_next in the ModelOpt NVFP4 layout, with their transformers goldens
+# (masters rebuilt from the BF16 folders; export checked here: byte-identical for the committed layouts).
+LAYOUTS=modelopt-mixed FROM_MASTER_DIR=$(bash reference/trained/rebuild_masters.sh /tmp/masters) \
+  FAMILIES="qwen4_exp glm5_next" OUT=$out/trained timeout 240 bash scripts/gpu/trained.sh > $out/trained.log 2>&1
+echo "trained modelopt rc=$?"; grep -E "PASS|FAIL|PPL" $out/trained.log | head -30
 pack
 timeout 150 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 -c 1,4 -r 3 \
   --ab gemv-group --json-out $out/ab-gemv-group.json > $out/ab-gemv-group.txt 2>&1
