@@ -8,6 +8,7 @@
 #include <cublasLt.h>
 #endif
 
+#include <array>
 #include <atomic>
 #include <map>
 #include <mutex>
@@ -40,13 +41,17 @@ void lt_check(cublasStatus_t st, const std::string& what) {
           std::string(cublasLtGetStatusName(st)) + ": " + cublasLtGetStatusString(st));
 }
 
-// One handle and workspace for the process (the backend drives one device from one thread; the mutex keeps
-// a second backend safe). The heuristic's choice is cached per shape: asking costs tens of microseconds.
+// One handle per device and one workspace per stream (tensor-parallel ranks of one process run several
+// backends at once: on several GPUs, or on one GPU with their own streams, whose matmuls must not share a
+// workspace); the mutex keeps the bookkeeping safe. The heuristic's choice is cached per shape: asking costs
+// tens of microseconds. Null for a device past the table (the caller keeps the project's kernel).
 class Lt {
  public:
-  static Lt& get() {
-    static Lt lt;
-    return lt;
+  static Lt* get() {
+    static std::array<Lt, 16> per_device;
+    int dev = 0;
+    BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "cuBLASLt: current device");
+    return dev >= 0 && dev < int(per_device.size()) ? &per_device[size_t(dev)] : nullptr;
   }
 
   void matmul(const void* w, int64_t n, int64_t K, const void* xb, int64_t T, float* y, float beta,
@@ -66,8 +71,8 @@ class Lt {
     lt_check(cublasLtMatrixLayoutCreate(&d, CUDA_R_32F, n, T, n), "layout y " + shape);
     const cublasLtMatmulAlgo_t algo = choose(op, a, b, d, n, T, K, shape);
     const float alpha = 1.0f;
-    const cublasStatus_t st =
-        cublasLtMatmul(handle_, op, &alpha, w, a, xb, b, &beta, y, d, y, d, &algo, workspace_, kWorkspace, s);
+    const cublasStatus_t st = cublasLtMatmul(handle_, op, &alpha, w, a, xb, b, &beta, y, d, y, d, &algo,
+                                             workspace(s), kWorkspace, s);
     cublasLtMatrixLayoutDestroy(d), cublasLtMatrixLayoutDestroy(b), cublasLtMatrixLayoutDestroy(a);
     cublasLtMatmulDescDestroy(op);
     lt_check(st, "matmul " + shape);
@@ -77,7 +82,11 @@ class Lt {
   void ready() {
     if (handle_) return;
     lt_check(cublasLtCreate(&handle_), "handle");
-    BLOOMERY_CUDA_CHECK(cudaMalloc(&workspace_, kWorkspace), "cuBLASLt workspace");
+  }
+  void* workspace(cudaStream_t s) {
+    void*& w = workspaces_[s];
+    if (!w) BLOOMERY_CUDA_CHECK(cudaMalloc(&w, kWorkspace), "cuBLASLt workspace");
+    return w;
   }
 
   cublasLtMatmulAlgo_t choose(cublasLtMatmulDesc_t op, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
@@ -104,7 +113,7 @@ class Lt {
 
   std::mutex mu_;
   cublasLtHandle_t handle_ = nullptr;
-  void* workspace_ = nullptr;
+  std::map<cudaStream_t, void*> workspaces_;
   std::map<std::tuple<int64_t, int64_t, int64_t>, cublasLtMatmulAlgo_t> algos_;
 };
 
@@ -134,11 +143,12 @@ bool lt_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
   BLOOMERY_CUDA_CHECK(cudaStreamIsCapturing(s, &capture), "cuBLASLt: stream capture status");
   if (capture != cudaStreamCaptureStatusNone) return false;
+  Lt* lt = Lt::get();
+  if (!lt) return false;
   const auto* wrows = static_cast<const uint16_t*>(w.data) + row0 * K;
   void* xb = round_activations_bf16(x, T, K, split, s);
-  Lt& lt = Lt::get();
-  lt.matmul(wrows, n, K, xb, T, y, 0.0f, s);
-  if (split) lt.matmul(wrows, n, K, static_cast<const uint16_t*>(xb) + T * K, T, y, 1.0f, s);
+  lt->matmul(wrows, n, K, xb, T, y, 0.0f, s);
+  if (split) lt->matmul(wrows, n, K, static_cast<const uint16_t*>(xb) + T * K, T, y, 1.0f, s);
   BLOOMERY_CUDA_CHECK(cudaFreeAsync(xb, s), "cuBLASLt: free BF16 activations");
   return true;
 #endif

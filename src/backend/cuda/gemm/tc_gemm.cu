@@ -25,6 +25,8 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
+#include <array>
+#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -476,12 +478,22 @@ Kind kind_of(FormatId f) {
 
 template <Kind KD>
 void launch(const TcArgs& a, unsigned m_tiles, unsigned splits, cudaStream_t s) {
-  // Above 48 KB of dynamic shared memory needs the opt-in, once per instantiation (thread-safe static init),
-  // for the larger (split) layout.
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      tc_gemm_kernel<KD>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes<KD>(true));
-  BLOOMERY_CUDA_CHECK(
-      configured, "tc_gemm: shared memory attribute (" + std::to_string(smem_bytes<KD>(true)) + " bytes)");
+  // Above 48 KB of dynamic shared memory needs the opt-in, for the larger (split) layout: once per
+  // instantiation and device (an attribute is the current device's; TP ranks of one process use several).
+  static std::mutex mu;
+  static std::array<int8_t, 64> done{};  // per device ordinal: 0 not yet, 1 configured
+  int dev = 0;
+  BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "tc_gemm: current device");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (dev >= int(done.size()) || !done[size_t(dev)]) {
+      BLOOMERY_CUDA_CHECK(
+          cudaFuncSetAttribute(tc_gemm_kernel<KD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               smem_bytes<KD>(true)),
+          "tc_gemm: shared memory attribute (" + std::to_string(smem_bytes<KD>(true)) + " bytes)");
+      if (dev < int(done.size())) done[size_t(dev)] = 1;
+    }
+  }
   const int bytes = smem_bytes<KD>(a.xlo != nullptr);
   const dim3 grid(m_tiles, static_cast<unsigned>((a.n + kBN - 1) / kBN), splits);
   pdl_launch(tc_gemm_kernel<KD>, grid, kThreads, bytes, s, a);
