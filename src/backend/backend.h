@@ -325,9 +325,12 @@ class Backend : public virtual FamilyOps {
   raise("E_BACKEND_SHAPE", Where{"", "", std::string(op)}, std::move(expected), std::move(found));
 }
 
-// Refuses with E_BACKEND_SHAPE unless `ok`: the one argument check every backend's ops share.
-inline void need(bool ok, std::string_view op, const std::string& expected, const std::string& found) {
-  if (!ok) backend_shape_error(op, expected, found);
-}
+// Refuses with E_BACKEND_SHAPE unless `ok`: the one argument check every backend's ops share. A macro so that
+// the messages are built only when the check fails: the checks run on every op of every step, and building
+// their strings eagerly was ~5 % of a CPU decode step on the trained qwen4_exp (perf, 2026-12-02).
+#define BLOOMERY_NEED(ok, op, expected, found)                             \
+  do {                                                                     \
+    if (!(ok)) ::bloomery::backend_shape_error((op), (expected), (found)); \
+  } while (0)
 
 }  // namespace bloomery

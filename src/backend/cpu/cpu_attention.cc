@@ -11,12 +11,12 @@
 namespace bloomery::cpu {
 
 void CpuBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) {
-  need(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
-       "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
+  BLOOMERY_NEED(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
+                "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
   const int64_t T = x.dim(0), H = x.dim(1), hd = x.dim(2);
   const int rot = rope.rot_dim;
-  need(rot > 0 && rot % 2 == 0 && rot <= hd, "rope", "an even rot_dim <= " + std::to_string(hd),
-       std::to_string(rot));
+  BLOOMERY_NEED(rot > 0 && rot % 2 == 0 && rot <= hd, "rope", "an even rot_dim <= " + std::to_string(hd),
+                std::to_string(rot));
   const int half = rot / 2;
   // inv_freq[i] = 1 / theta^(2i/rot), computed in f32 as transformers does.
   std::vector<float> inv_freq(half);

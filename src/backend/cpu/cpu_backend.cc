@@ -43,7 +43,7 @@ std::shared_ptr<Storage> host_storage(size_t bytes) {
 }
 
 void same_numel(std::string_view op, const Tensor& a, const Tensor& b) {
-  need(a.numel() == b.numel(), op, a.shape_str() + " elements", b.shape_str());
+  BLOOMERY_NEED(a.numel() == b.numel(), op, a.shape_str() + " elements", b.shape_str());
 }
 
 }  // namespace
@@ -51,7 +51,7 @@ void same_numel(std::string_view op, const Tensor& a, const Tensor& b) {
 Tensor CpuBackend::alloc(std::vector<int64_t> shape, ElemType type) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    need(d >= 0, "alloc", "non-negative dims", shape_string(shape));
+    BLOOMERY_NEED(d >= 0, "alloc", "non-negative dims", shape_string(shape));
     n *= d;
   }
   return Tensor(host_storage(static_cast<size_t>(n) * elem_size(type)), type, std::move(shape));
@@ -59,7 +59,8 @@ Tensor CpuBackend::alloc(std::vector<int64_t> shape, ElemType type) {
 
 Tensor CpuBackend::upload(std::span<const float> data, std::vector<int64_t> shape) {
   Tensor t = alloc(std::move(shape));
-  need(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(), std::to_string(data.size()));
+  BLOOMERY_NEED(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(),
+                std::to_string(data.size()));
   std::memcpy(t.f32(), data.data(), data.size() * sizeof(float));
   return t;
 }
@@ -134,7 +135,7 @@ void CpuBackend::sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) {
 void CpuBackend::scale_rows(Tensor& out, const Tensor& x, const Tensor& s) {
   same_numel("scale_rows", out, x);
   const int64_t R = x.rows(), C = x.cols();
-  need(s.numel() == R, "scale_rows", std::to_string(R) + " scalars", s.shape_str());
+  BLOOMERY_NEED(s.numel() == R, "scale_rows", std::to_string(R) + " scalars", s.shape_str());
   float *o = out.f32(), *px = x.f32(), *ps = s.f32();
   for (int64_t r = 0; r < R; ++r)
     for (int64_t c = 0; c < C; ++c) o[r * C + c] = px[r * C + c] * ps[r];
@@ -156,17 +157,17 @@ void CpuBackend::swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float
 
 void CpuBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
   const int64_t R = x.rows(), C = x.cols(), n = out.cols();
-  need(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
-       "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
-       out.shape_str() + " at " + std::to_string(c0));
+  BLOOMERY_NEED(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
+                "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
+                out.shape_str() + " at " + std::to_string(c0));
   for (int64_t r = 0; r < R; ++r) std::memcpy(out.f32() + r * n, x.f32() + r * C + c0, n * sizeof(float));
 }
 
 void CpuBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
   const int64_t R = dst.rows(), C = dst.cols(), n = src.cols();
-  need(src.rows() == R && c0 >= 0 && c0 + n <= C, "put_cols",
-       "src [" + std::to_string(R) + ", n] within dst " + dst.shape_str(),
-       src.shape_str() + " at " + std::to_string(c0));
+  BLOOMERY_NEED(src.rows() == R && c0 >= 0 && c0 + n <= C, "put_cols",
+                "src [" + std::to_string(R) + ", n] within dst " + dst.shape_str(),
+                src.shape_str() + " at " + std::to_string(c0));
   for (int64_t r = 0; r < R; ++r) std::memcpy(dst.f32() + r * C + c0, src.f32() + r * n, n * sizeof(float));
 }
 

@@ -29,7 +29,7 @@ void dot_rows(const float* x, const float* w, int64_t K, int64_t n0, int64_t n1,
 }
 
 void CpuBackend::matmul_rows(Tensor& out, const Tensor& x, const Weight& w, int64_t row0, int64_t n) {
-  need(!w.streamed() && w.dense().defined(), "matmul", "a dense weight", w.name());
+  BLOOMERY_NEED(!w.streamed() && w.dense().defined(), "matmul", "a dense weight", w.name());
   check_matmul_args(out, x, w, row0, n);
   const int64_t K = w.cols(), T = x.rows();
   const float* W = w.dense().f32() + row0 * K;

@@ -10,10 +10,12 @@ namespace bloomery::cpu {
 
 void CpuBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& logits, const RouterSpec& r) {
   const int64_t T = logits.rows(), E = logits.cols(), k = r.top_k;
-  need(k >= 1 && k <= E, "route_softmax_topk", "1 <= top_k <= " + std::to_string(E), std::to_string(k));
-  need(ids.type() == ElemType::I32 && ids.numel() == T * k && weights.numel() == T * k, "route_softmax_topk",
-       "ids (I32) and weights of [" + std::to_string(T) + ", " + std::to_string(k) + "]",
-       ids.shape_str() + " " + weights.shape_str());
+  BLOOMERY_NEED(k >= 1 && k <= E, "route_softmax_topk", "1 <= top_k <= " + std::to_string(E),
+                std::to_string(k));
+  BLOOMERY_NEED(ids.type() == ElemType::I32 && ids.numel() == T * k && weights.numel() == T * k,
+                "route_softmax_topk",
+                "ids (I32) and weights of [" + std::to_string(T) + ", " + std::to_string(k) + "]",
+                ids.shape_str() + " " + weights.shape_str());
   std::vector<float> p(E);
   std::vector<int64_t> order(E);
   for (int64_t t = 0; t < T; ++t) {
@@ -36,13 +38,15 @@ void CpuBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor& 
 void CpuBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, const Tensor& weights,
                              std::span<const ExpertWeights> experts, float swiglu_limit) {
   const int64_t T = x.rows(), D = x.cols(), k = ids.cols();
-  need(ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
-       "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());
+  BLOOMERY_NEED(
+      ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
+      "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());
   for (int64_t i = 0; i < T * k; ++i) {
     const int32_t e = ids.i32()[i];
-    need(e >= 0 && e < static_cast<int64_t>(experts.size()) && experts[e].gate && experts[e].up &&
-             experts[e].down,
-         "moe_experts", "a loaded expert below " + std::to_string(experts.size()), std::to_string(e));
+    BLOOMERY_NEED(e >= 0 && e < static_cast<int64_t>(experts.size()) && experts[e].gate && experts[e].up &&
+                      experts[e].down,
+                  "moe_experts", "a loaded expert below " + std::to_string(experts.size()),
+                  std::to_string(e));
   }
   const int64_t I = experts[ids.i32()[0]].gate->rows();
   // Each (token, slot) pair computes its expert's output into its own row; rows are summed in slot order
@@ -54,8 +58,9 @@ void CpuBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, co
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / k;
       const ExpertWeights& ew = experts[ids.i32()[i]];
-      need(ew.gate->rows() == I && ew.gate->cols() == D && ew.down->rows() == D && ew.down->cols() == I,
-           "moe_experts", "experts of equal shape", ew.gate->name());
+      BLOOMERY_NEED(
+          ew.gate->rows() == I && ew.gate->cols() == D && ew.down->rows() == D && ew.down->cols() == I,
+          "moe_experts", "experts of equal shape", ew.gate->name());
       dot_rows(X + t * D, ew.gate->dense().f32(), D, 0, I, g.data());
       dot_rows(X + t * D, ew.up->dense().f32(), D, 0, I, u.data());
       for (int64_t j = 0; j < I; ++j) {

@@ -56,8 +56,9 @@ void CpuBackend::rms_norm(Tensor& out, const Tensor& x, const Weight* w, float e
 void CpuBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, const Weight& w, float eps,
                                 Act act) {
   const int64_t G = w.numel();
-  need(x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(), "rms_norm_gated",
-       "x, z, out of equal size, a multiple of " + std::to_string(G), x.shape_str() + " " + z.shape_str());
+  BLOOMERY_NEED(x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(), "rms_norm_gated",
+                "x, z, out of equal size, a multiple of " + std::to_string(G),
+                x.shape_str() + " " + z.shape_str());
   const int64_t groups = x.numel() / G;
   const float *X = x.f32(), *Z = z.f32(), *W = w.dense().f32();
   float* Y = out.f32();
@@ -72,8 +73,9 @@ void CpuBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, c
 
 void CpuBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) {
   const int64_t C = x.cols(), R = x.rows();
-  need(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
-       "weight and bias of " + std::to_string(C), shape_string(w.shape()) + " " + shape_string(b.shape()));
+  BLOOMERY_NEED(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
+                "weight and bias of " + std::to_string(C),
+                shape_string(w.shape()) + " " + shape_string(b.shape()));
   const float *X = x.f32(), *W = w.dense().f32(), *B = b.dense().f32();
   float* Y = out.f32();
   for (int64_t r = 0; r < R; ++r) {

@@ -126,7 +126,7 @@ void* CudaBackend::stage(int slot, const void* host, size_t bytes) {
 Tensor CudaBackend::alloc(std::vector<int64_t> shape, ElemType type) {
   int64_t n = 1;
   for (int64_t d : shape) {
-    need(d >= 0, "alloc", "non-negative dims", shape_string(shape));
+    BLOOMERY_NEED(d >= 0, "alloc", "non-negative dims", shape_string(shape));
     n *= d;
   }
   const size_t bytes = static_cast<size_t>(n) * elem_size(type);
@@ -154,7 +154,8 @@ Tensor CudaBackend::upload(std::span<const float> data, std::vector<int64_t> sha
   OpScope op_scope(op_times_, stream_, "upload");
   graphs_.not_capturable("upload");
   Tensor t = alloc(std::move(shape));
-  need(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(), std::to_string(data.size()));
+  BLOOMERY_NEED(static_cast<size_t>(t.numel()) == data.size(), "upload", t.shape_str(),
+                std::to_string(data.size()));
   BLOOMERY_CUDA_CHECK(cudaMemcpy(t.f32(), data.data(), data.size() * 4, cudaMemcpyHostToDevice),
                       "upload " + t.shape_str());
   return t;
@@ -244,7 +245,7 @@ void CudaBackend::sigmoid_mul(Tensor& out, const Tensor& x, const Tensor& gate) 
 void CudaBackend::scale_rows(Tensor& out, const Tensor& x, const Tensor& s) {
   OpScope op_scope(op_times_, stream_, "elementwise");
   same_numel("scale_rows", out, x);
-  need(s.numel() == x.rows(), "scale_rows", std::to_string(x.rows()) + " scalars", s.shape_str());
+  BLOOMERY_NEED(s.numel() == x.rows(), "scale_rows", std::to_string(x.rows()) + " scalars", s.shape_str());
   cuda::scale_rows(out.out_f32({&x, &s}), x.f32(), s.f32(), x.rows(), x.cols(), stream_);
 }
 
@@ -258,18 +259,18 @@ void CudaBackend::swiglu(Tensor& out, const Tensor& gate, const Tensor& up, floa
 void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
   OpScope op_scope(op_times_, stream_, "copy cols");
   const int64_t R = x.rows(), C = x.cols(), n = out.cols();
-  need(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
-       "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
-       out.shape_str() + " at " + std::to_string(c0));
+  BLOOMERY_NEED(out.rows() == R && c0 >= 0 && c0 + n <= C, "take_cols",
+                "out [" + std::to_string(R) + ", n] within x " + x.shape_str(),
+                out.shape_str() + " at " + std::to_string(c0));
   copy_cols(out.out_f32({&x}), n, 0, x.f32(), C, c0, R, n, stream_);
 }
 
 void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
   OpScope op_scope(op_times_, stream_, "copy cols");
   const int64_t R = dst.rows(), C = dst.cols(), n = src.cols();
-  need(src.rows() == R && c0 >= 0 && c0 + n <= C, "put_cols",
-       "src [" + std::to_string(R) + ", n] within dst " + dst.shape_str(),
-       src.shape_str() + " at " + std::to_string(c0));
+  BLOOMERY_NEED(src.rows() == R && c0 >= 0 && c0 + n <= C, "put_cols",
+                "src [" + std::to_string(R) + ", n] within dst " + dst.shape_str(),
+                src.shape_str() + " at " + std::to_string(c0));
   copy_cols(dst.f32(), C, c0, src.f32(), n, 0, R, n, stream_);
 }
 
@@ -292,8 +293,9 @@ void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, 
                                  Act act) {
   OpScope op_scope(op_times_, stream_, "norm");
   const int64_t G = w.numel();
-  need(G > 0 && x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(), "rms_norm_gated",
-       "x, z, out of equal size, a multiple of " + std::to_string(G), x.shape_str() + " " + z.shape_str());
+  BLOOMERY_NEED(G > 0 && x.numel() % G == 0 && z.numel() == x.numel() && out.numel() == x.numel(),
+                "rms_norm_gated", "x, z, out of equal size, a multiple of " + std::to_string(G),
+                x.shape_str() + " " + z.shape_str());
   cuda::rms_norm_gated(out.out_f32({&x, &z}), x.f32(), z.f32(), param_f32(w, "rms_norm_gated"), eps,
                        act_code(act), x.numel() / G, G, stream_);
 }
@@ -301,8 +303,9 @@ void CudaBackend::rms_norm_gated(Tensor& out, const Tensor& x, const Tensor& z, 
 void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) {
   OpScope op_scope(op_times_, stream_, "norm");
   const int64_t C = x.cols(), R = x.rows();
-  need(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
-       "weight and bias of " + std::to_string(C), shape_string(w.shape()) + " " + shape_string(b.shape()));
+  BLOOMERY_NEED(w.numel() == C && b.numel() == C && out.numel() == x.numel(), "layer_norm",
+                "weight and bias of " + std::to_string(C),
+                shape_string(w.shape()) + " " + shape_string(b.shape()));
   cuda::layer_norm(out.out_f32({&x}), x.f32(), param_f32(w, "layer_norm"), param_f32(b, "layer_norm"), eps, R,
                    C, stream_);
 }
@@ -312,11 +315,11 @@ void CudaBackend::layer_norm(Tensor& out, const Tensor& x, const Weight& w, cons
 
 void CudaBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) {
   OpScope op_scope(op_times_, stream_, "rope");
-  need(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
-       "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
+  BLOOMERY_NEED(x.ndim() == 3 && x.dim(0) == static_cast<int64_t>(pos.size()), "rope",
+                "x [T, H, hd] with T = " + std::to_string(pos.size()), x.shape_str());
   const int rot = rope.rot_dim;
-  need(rot > 0 && rot % 2 == 0 && rot <= x.dim(2), "rope", "an even rot_dim <= " + std::to_string(x.dim(2)),
-       std::to_string(rot));
+  BLOOMERY_NEED(rot > 0 && rot % 2 == 0 && rot <= x.dim(2), "rope",
+                "an even rot_dim <= " + std::to_string(x.dim(2)), std::to_string(rot));
   // inv_freq exactly as the CPU backend computes it, so both rotate by bit-identical angles.
   std::vector<float> inv_freq(rot / 2);
   for (int i = 0; i < rot / 2; ++i)

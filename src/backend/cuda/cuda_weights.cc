@@ -90,8 +90,8 @@ Weight wrap_cuda_weight(CudaBackend& be, std::string name, std::vector<int64_t> 
 Weight CudaBackend::upload_weight(std::string name, std::span<const float> data, std::vector<int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  need(static_cast<size_t>(n) == data.size(), "upload_weight", shape_string(shape),
-       std::to_string(data.size()));
+  BLOOMERY_NEED(static_cast<size_t>(n) == data.size(), "upload_weight", shape_string(shape),
+                std::to_string(data.size()));
   auto cw = std::make_shared<CudaWeight>();
   cw->buffers.push_back(device_bytes(data.data(), data.size_bytes(), name));
   cw->dw.format = FormatId::F32;
@@ -163,8 +163,8 @@ Weight CudaBackend::upload_stored(const std::string& name, std::vector<int64_t> 
   auto cw = std::make_shared<CudaWeight>();
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
-  need(static_cast<uint64_t>(n) == wb.rows * wb.cols, "upload_stored", shape_string(shape) + " elements",
-       std::to_string(wb.rows) + " x " + std::to_string(wb.cols));
+  BLOOMERY_NEED(static_cast<uint64_t>(n) == wb.rows * wb.cols, "upload_stored",
+                shape_string(shape) + " elements", std::to_string(wb.rows) + " x " + std::to_string(wb.cols));
   cw->buffers.push_back(device_bytes(wb.main.data(), wb.main.size(), name));
   const void* main = cw->buffers.back().get();
   const void* scales = nullptr;
@@ -207,8 +207,8 @@ void CudaBackend::gather_rows(Tensor& out, const Weight& table, std::span<const 
   const int64_t D = table.cols();
   if (!table.streamed()) {
     const DeviceWeight& dw = device_weight(table, "gather_rows");
-    need(static_cast<int64_t>(dw.cols) == D, "gather_rows", "a table whose rows are its stored rows",
-         table.name());
+    BLOOMERY_NEED(static_cast<int64_t>(dw.cols) == D, "gather_rows", "a table whose rows are its stored rows",
+                  table.name());
     const auto* d_ids = static_cast<const int64_t*>(stage(0, ids.data(), ids.size_bytes()));
     cuda::gather_rows(dw, d_ids, static_cast<int64_t>(ids.size()), out.out_f32(), stream_);
     return;
@@ -222,7 +222,7 @@ namespace bloomery::cuda {
 
 std::vector<int32_t> CudaBackend::sample(const Tensor& logits, const SampleParams& p) {
   const int64_t R = logits.rows(), V = logits.cols();
-  need(V > 0 && logits.type() == ElemType::F32, "sample", "f32 logits [R, V]", logits.shape_str());
+  BLOOMERY_NEED(V > 0 && logits.type() == ElemType::F32, "sample", "f32 logits [R, V]", logits.shape_str());
   graphs_.not_capturable("sample");
   float* scratch = static_cast<float*>(scratch_[2].get(static_cast<size_t>(R * V + R) * 4 + 64));
   auto* d_ids = reinterpret_cast<int32_t*>(scratch + R * V);
@@ -240,8 +240,8 @@ std::vector<int32_t> CudaBackend::argmax_last_rows(std::span<const Tensor> logit
   if (logits.size() == 1) return sample(last(logits[0]), greedy);
   Tensor all = alloc({static_cast<int64_t>(logits.size()), logits[0].cols()});
   for (size_t i = 0; i < logits.size(); ++i) {
-    need(logits[i].cols() == logits[0].cols(), "argmax_last_rows", "rows of one vocabulary",
-         logits[i].shape_str() + " after " + logits[0].shape_str());
+    BLOOMERY_NEED(logits[i].cols() == logits[0].cols(), "argmax_last_rows", "rows of one vocabulary",
+                  logits[i].shape_str() + " after " + logits[0].shape_str());
     Tensor row = all.slice(static_cast<int64_t>(i), 1);
     copy(row, last(logits[i]));
   }

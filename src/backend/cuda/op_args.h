@@ -10,7 +10,7 @@
 namespace bloomery::cuda {
 
 inline void same_numel(std::string_view op, const Tensor& a, const Tensor& b) {
-  need(a.numel() == b.numel(), op, a.shape_str() + " elements", b.shape_str());
+  BLOOMERY_NEED(a.numel() == b.numel(), op, a.shape_str() + " elements", b.shape_str());
 }
 
 inline int act_code(Act a) {

@@ -26,17 +26,17 @@ std::string dims(std::initializer_list<int64_t> d) {
 void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) {
   OpScope op_scope(op_times_, stream_, "hc read mix");
   const int64_t T = u.rows(), D = u.cols();
-  need(n >= 1 && m.numel() == T * n * D && xn.numel() == T * n * D, "hc_read_mix",
-       "m, xn [T, n*D] with u " + u.shape_str() + ", n " + std::to_string(n),
-       m.shape_str() + ", " + xn.shape_str());
+  BLOOMERY_NEED(n >= 1 && m.numel() == T * n * D && xn.numel() == T * n * D, "hc_read_mix",
+                "m, xn [T, n*D] with u " + u.shape_str() + ", n " + std::to_string(n),
+                m.shape_str() + ", " + xn.shape_str());
   cuda::hc_read_mix(u.out_f32({&m, &xn}), m.f32(), xn.f32(), T, n, D, stream_);
 }
 
 void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
   OpScope op_scope(op_times_, stream_, "hc inject");
   const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
-  need(X.numel() == T * n * D && inj.rows() == T, "hc_inject",
-       "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
+  BLOOMERY_NEED(X.numel() == T * n * D && inj.rows() == T, "hc_inject",
+                "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
   cuda::hc_inject(X.f32(), y.f32(), inj.f32(), T, static_cast<int>(n), D, stream_);
 }
 
@@ -44,9 +44,9 @@ void CudaBackend::ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const 
   OpScope op_scope(op_times_, stream_, "ple gate");
   const int64_t T = v.rows(), D = v.cols();
   const int64_t n = T * D > 0 ? G.numel() / (T * D) : 0;
-  need(T * D > 0 && G.numel() == T * n * D && kn.numel() == G.numel() && qn.numel() == G.numel(), "ple_gate",
-       "G, kn, qn [T, n*D] for v " + v.shape_str(),
-       G.shape_str() + ", " + kn.shape_str() + ", " + qn.shape_str());
+  BLOOMERY_NEED(T * D > 0 && G.numel() == T * n * D && kn.numel() == G.numel() && qn.numel() == G.numel(),
+                "ple_gate", "G, kn, qn [T, n*D] for v " + v.shape_str(),
+                G.shape_str() + ", " + kn.shape_str() + ", " + qn.shape_str());
   cuda::ple_gate(G.out_f32({&kn, &qn, &v}), kn.f32(), qn.f32(), v.f32(), T, static_cast<int>(n), D, stream_);
 }
 
@@ -54,21 +54,22 @@ void CudaBackend::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kr
                                    const Weight& k_norm, const QsaIndexSpec& spec) {
   OpScope op_scope(op_times_, stream_, "qsa index append");
   const int64_t T = kraw.rows(), d = kraw.cols(), c = spec.compress;
-  need(raw.cols() == d && blocks.cols() == d && pos0 >= 0 && pos0 + T <= raw.rows() && k_norm.numel() == d,
-       "qsa_index_append",
-       "raw/blocks [cap, " + std::to_string(d) + "] holding positions up to " + std::to_string(pos0 + T),
-       raw.shape_str() + ", " + blocks.shape_str());
-  need(c >= 1 && spec.rot_dim >= 0 && spec.rot_dim % 2 == 0 && spec.rot_dim <= d, "qsa_index_append",
-       "compress >= 1 and an even rot_dim <= " + std::to_string(d),
-       "compress " + std::to_string(c) + ", rot_dim " + std::to_string(spec.rot_dim));
+  BLOOMERY_NEED(
+      raw.cols() == d && blocks.cols() == d && pos0 >= 0 && pos0 + T <= raw.rows() && k_norm.numel() == d,
+      "qsa_index_append",
+      "raw/blocks [cap, " + std::to_string(d) + "] holding positions up to " + std::to_string(pos0 + T),
+      raw.shape_str() + ", " + blocks.shape_str());
+  BLOOMERY_NEED(c >= 1 && spec.rot_dim >= 0 && spec.rot_dim % 2 == 0 && spec.rot_dim <= d, "qsa_index_append",
+                "compress >= 1 and an even rot_dim <= " + std::to_string(d),
+                "compress " + std::to_string(c) + ", rot_dim " + std::to_string(spec.rot_dim));
   if (T == 0) return;
   BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(raw.f32() + pos0 * d, kraw.f32(), T * d * sizeof(float),
                                       cudaMemcpyDeviceToDevice, stream_),
                       "qsa_index_append raw keys " + kraw.shape_str());
   const int64_t b0 = pos0 / c, b1 = (pos0 + T) / c;  // blocks whose last token is in this call
   if (b1 <= b0) return;
-  need(b1 - 1 < blocks.rows(), "qsa_index_append", "room for block " + std::to_string(b1 - 1),
-       blocks.shape_str());
+  BLOOMERY_NEED(b1 - 1 < blocks.rows(), "qsa_index_append", "room for block " + std::to_string(b1 - 1),
+                blocks.shape_str());
   // RoPE tables of the blocks' first positions with the CPU op's libm calls in f32 (rope_neox), so the pooled
   // keys are bit-identical to the CPU backend's; cos/sin on the card round differently.
   const int half = spec.rot_dim / 2;
@@ -95,15 +96,15 @@ void CudaBackend::qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kr
 int64_t CudaBackend::qsa_index_select(Tensor& allowed, const Tensor& qi, const Tensor& blocks, int64_t q0,
                                       const QsaIndexSpec& spec) {
   OpScope op_scope(op_times_, stream_, "qsa index select");
-  need(qi.ndim() == 3, "qsa_index_select", "qi [T, Hi, dh]", qi.shape_str());
+  BLOOMERY_NEED(qi.ndim() == 3, "qsa_index_select", "qi [T, Hi, dh]", qi.shape_str());
   const int64_t T = qi.dim(0), Hi = qi.dim(1), d = qi.dim(2), S = allowed.cols(), c = spec.compress;
-  need(allowed.rows() == T && S >= q0 + T && q0 >= 0 && blocks.cols() == d, "qsa_index_select",
-       "allowed [" + std::to_string(T) + ", >=" + std::to_string(q0 + T) + "]", allowed.shape_str());
-  need(c >= 1 && spec.block_topk >= 0, "qsa_index_select", "compress >= 1 and block_topk >= 0",
-       "compress " + std::to_string(c) + ", block_topk " + std::to_string(spec.block_topk));
+  BLOOMERY_NEED(allowed.rows() == T && S >= q0 + T && q0 >= 0 && blocks.cols() == d, "qsa_index_select",
+                "allowed [" + std::to_string(T) + ", >=" + std::to_string(q0 + T) + "]", allowed.shape_str());
+  BLOOMERY_NEED(c >= 1 && spec.block_topk >= 0, "qsa_index_select", "compress >= 1 and block_topk >= 0",
+                "compress " + std::to_string(c) + ", block_topk " + std::to_string(spec.block_topk));
   const int64_t nb_max = (q0 + T) / c;
-  need(blocks.rows() >= nb_max, "qsa_index_select", "blocks [>=" + std::to_string(nb_max) + ", dh]",
-       blocks.shape_str());
+  BLOOMERY_NEED(blocks.rows() >= nb_max, "qsa_index_select", "blocks [>=" + std::to_string(nb_max) + ", dh]",
+                blocks.shape_str());
   if (T == 0) return 0;
   const float inv = 1.0f / std::sqrt(static_cast<float>(d));  // as the CPU op
   // queries per chunk: bounded by the scratch and by the score grid's y dimension (16 queries per CTA row)

@@ -10,10 +10,10 @@ namespace bloomery::cuda {
 
 void grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows, int64_t n,
                   int64_t K, FormatId format, const float* xs, float* ys, cudaStream_t s) {
-  need(E >= 0 && E <= 65535 && max_rows >= 0 && n >= 0 && K > 0, "grouped_gemm",
-       "0 <= E <= 65535 experts, max_rows >= 0, n >= 0, K > 0",
-       "E=" + std::to_string(E) + " max_rows=" + std::to_string(max_rows) + " n=" + std::to_string(n) +
-           " K=" + std::to_string(K));
+  BLOOMERY_NEED(E >= 0 && E <= 65535 && max_rows >= 0 && n >= 0 && K > 0, "grouped_gemm",
+                "0 <= E <= 65535 experts, max_rows >= 0, n >= 0, K > 0",
+                "E=" + std::to_string(E) + " max_rows=" + std::to_string(max_rows) +
+                    " n=" + std::to_string(n) + " K=" + std::to_string(K));
   // The experts' weights are separate cudaMalloc blocks (256-byte aligned), so only K and xs decide.
   const GemmMode mode = gemm_mode();
   if (mode != GemmMode::Simt && tc_gemm_supported(K, xs, xs))

@@ -26,8 +26,9 @@ double stored_bytes(const DeviceWeight& dw, int64_t n) {
 // The device weight of a product, after the check every product takes.
 const DeviceWeight& product_weight(const Weight& w) {
   const DeviceWeight& dw = device_weight(w, "matmul");
-  need(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(), "matmul",
-       "a weight whose logical rows are its stored rows", w.name() + " " + shape_string(w.shape()));
+  BLOOMERY_NEED(static_cast<int64_t>(dw.cols) == w.cols() && static_cast<int64_t>(dw.rows) == w.rows(),
+                "matmul", "a weight whose logical rows are its stored rows",
+                w.name() + " " + shape_string(w.shape()));
   return dw;
 }
 

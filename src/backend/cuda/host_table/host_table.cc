@@ -45,11 +45,12 @@ Where where_of(const std::string& name, std::string field) {
 
 RowBytes row_bytes(const HostTableBytes& b, const std::string& name) {
   const uint64_t c = b.cols;
-  need(c > 0, "make_host_table", "a row width above 0", name + " with cols 0");
+  BLOOMERY_NEED(c > 0, "make_host_table", "a row width above 0", name + " with cols 0");
   auto need_multiple = [&](uint64_t m) {
-    need(c % m == 0, "make_host_table",
-         std::string(format_name(b.format)) + " rows of a multiple of " + std::to_string(m) + " elements",
-         name + " with cols " + std::to_string(c));
+    BLOOMERY_NEED(
+        c % m == 0, "make_host_table",
+        std::string(format_name(b.format)) + " rows of a multiple of " + std::to_string(m) + " elements",
+        name + " with cols " + std::to_string(c));
   };
   RowBytes r;
   switch (b.format) {
@@ -81,8 +82,8 @@ RowBytes row_bytes(const HostTableBytes& b, const std::string& name) {
       r.elements = c, r.grid = 1;
       break;
     case FormatId::FP8_BLOCK:
-      need(b.block_n > 0 && b.block_k > 0, "make_host_table", "FP8_BLOCK tile sizes above 0",
-           name + " with block " + std::to_string(b.block_n) + "x" + std::to_string(b.block_k));
+      BLOOMERY_NEED(b.block_n > 0 && b.block_k > 0, "make_host_table", "FP8_BLOCK tile sizes above 0",
+                    name + " with block " + std::to_string(b.block_n) + "x" + std::to_string(b.block_k));
       r.elements = c, r.grid = (c + b.block_k - 1) / b.block_k;
       break;
     default:
@@ -100,21 +101,21 @@ uint64_t validate_bytes(const HostTableBytes& b, const std::vector<int64_t>& sha
     const std::string at = name + " shard " + std::to_string(i);
     rows += s.rows;
     if (s.rows == 0) continue;
-    need(s.elements != nullptr, "make_host_table", "element bytes", at + " without them");
-    need(s.element_pitch == 0 || s.element_pitch >= r.elements, "make_host_table",
-         "an element pitch of 0 or at least " + std::to_string(r.elements) + " bytes",
-         at + " pitch " + std::to_string(s.element_pitch));
+    BLOOMERY_NEED(s.elements != nullptr, "make_host_table", "element bytes", at + " without them");
+    BLOOMERY_NEED(s.element_pitch == 0 || s.element_pitch >= r.elements, "make_host_table",
+                  "an element pitch of 0 or at least " + std::to_string(r.elements) + " bytes",
+                  at + " pitch " + std::to_string(s.element_pitch));
     if (r.scales) {
-      need(s.block_scales != nullptr, "make_host_table",
-           std::string(format_name(b.format)) + " block scales per shard", at + " without them");
-      need(s.scale_pitch == 0 || s.scale_pitch >= r.scales, "make_host_table",
-           "a scale pitch of 0 or at least " + std::to_string(r.scales) + " bytes",
-           at + " pitch " + std::to_string(s.scale_pitch));
+      BLOOMERY_NEED(s.block_scales != nullptr, "make_host_table",
+                    std::string(format_name(b.format)) + " block scales per shard", at + " without them");
+      BLOOMERY_NEED(s.scale_pitch == 0 || s.scale_pitch >= r.scales, "make_host_table",
+                    "a scale pitch of 0 or at least " + std::to_string(r.scales) + " bytes",
+                    at + " pitch " + std::to_string(s.scale_pitch));
     }
   }
   if (r.grid) {
-    need(b.scale_grid != nullptr, "make_host_table", std::string(format_name(b.format)) + " scale grid",
-         name + " without one");
+    BLOOMERY_NEED(b.scale_grid != nullptr, "make_host_table",
+                  std::string(format_name(b.format)) + " scale grid", name + " without one");
     const DType g = b.grid_dtype;
     if (g != DType::F32 && g != DType::BF16 && g != DType::F16 && g != DType::U8 && g != DType::F8_E8M0)
       raise("E_BACKEND_UNSUPPORTED", where_of(name, "scale_grid"), "an F32, BF16, F16 or E8M0 scale grid",
@@ -122,10 +123,11 @@ uint64_t validate_bytes(const HostTableBytes& b, const std::vector<int64_t>& sha
   }
   int64_t cols = 1;
   for (size_t i = 1; i < shape.size(); ++i) cols *= shape[i];
-  need(shape.size() >= 2 && shape[0] == static_cast<int64_t>(rows) && cols == static_cast<int64_t>(b.cols),
-       "make_host_table",
-       "shape [" + std::to_string(rows) + ", " + std::to_string(b.cols) + "] (rows of the shards, cols)",
-       name + " " + shape_string(shape));
+  BLOOMERY_NEED(
+      shape.size() >= 2 && shape[0] == static_cast<int64_t>(rows) && cols == static_cast<int64_t>(b.cols),
+      "make_host_table",
+      "shape [" + std::to_string(rows) + ", " + std::to_string(b.cols) + "] (rows of the shards, cols)",
+      name + " " + shape_string(shape));
   return rows;
 }
 

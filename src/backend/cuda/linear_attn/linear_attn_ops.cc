@@ -36,8 +36,8 @@ void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k
   OpScope op_scope(op_times_, stream_, "gated delta rule");
   const GdnShape d = check_gated_delta_args(out, q, k, v, g, beta, state);
   const int64_t T = d.T, Hk = d.Hk, dk = d.dk, Hv = d.Hv, dv = d.dv;
-  need(dk >= 1 && dk <= kGdnMaxDk && dv >= 1 && dv <= kGdnMaxDv, "gated_delta_rule",
-       "dk, dv in 1..128 (CUDA kernels)", q.shape_str() + " " + v.shape_str());
+  BLOOMERY_NEED(dk >= 1 && dk <= kGdnMaxDk && dv >= 1 && dv <= kGdnMaxDv, "gated_delta_rule",
+                "dk, dv in 1..128 (CUDA kernels)", q.shape_str() + " " + v.shape_str());
   if (T == 0 || Hv == 0) return;
   if (!chunked) {
     cuda::gated_delta_rule(out.out_f32({&q, &k, &v, &g, &beta, &state}), q.f32(), k.f32(), v.f32(), g.f32(),

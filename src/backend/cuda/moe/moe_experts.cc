@@ -20,11 +20,12 @@ void CudaBackend::route_softmax_topk(Tensor& ids, Tensor& weights, const Tensor&
                                      const RouterSpec& r) {
   OpScope op_scope(op_times_, stream_, "router");
   const int64_t T = logits.rows(), E = logits.cols(), k = r.top_k;
-  need(k >= 1 && k <= E && k <= 64, "route_softmax_topk", "1 <= top_k <= min(64, " + std::to_string(E) + ")",
-       std::to_string(k));
-  need(ids.type() == ElemType::I32 && ids.numel() == T * k && weights.numel() == T * k, "route_softmax_topk",
-       "ids (I32) and weights of [" + std::to_string(T) + ", " + std::to_string(k) + "]",
-       ids.shape_str() + " " + weights.shape_str());
+  BLOOMERY_NEED(k >= 1 && k <= E && k <= 64, "route_softmax_topk",
+                "1 <= top_k <= min(64, " + std::to_string(E) + ")", std::to_string(k));
+  BLOOMERY_NEED(ids.type() == ElemType::I32 && ids.numel() == T * k && weights.numel() == T * k,
+                "route_softmax_topk",
+                "ids (I32) and weights of [" + std::to_string(T) + ", " + std::to_string(k) + "]",
+                ids.shape_str() + " " + weights.shape_str());
   cuda::route_softmax_topk(ids.out_i32({&logits}), weights.out_f32({&logits}), logits.f32(), T, E,
                            static_cast<int>(k), r.renormalize, stream_);
 }
@@ -60,8 +61,9 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
                               std::span<const ExpertWeights> experts, float swiglu_limit) {
   OpScope op_scope(op_times_, stream_, "moe experts");
   const int64_t T = x.rows(), D = x.cols(), k = ids.cols();
-  need(ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
-       "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());
+  BLOOMERY_NEED(
+      ids.type() == ElemType::I32 && ids.rows() == T && weights.numel() == T * k && out.numel() == T * D,
+      "moe_experts", "ids/weights [T, k], out [T, D]", ids.shape_str() + " " + out.shape_str());
   const int64_t P = T * k;
   if (T == 0) return;
   const ExpertSet& set = expert_set(this, experts);
@@ -130,8 +132,8 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
   std::vector<std::vector<int32_t>> rows(E), slots(E);
   for (int64_t i = 0; i < P; ++i) {
     const int32_t e = h_ids[i];
-    need(e >= 0 && e < E && experts[e].gate && experts[e].up && experts[e].down, "moe_experts",
-         "a loaded expert below " + std::to_string(E), std::to_string(e));
+    BLOOMERY_NEED(e >= 0 && e < E && experts[e].gate && experts[e].up && experts[e].down, "moe_experts",
+                  "a loaded expert below " + std::to_string(E), std::to_string(e));
     rows[e].push_back(static_cast<int32_t>(i / k));
     slots[e].push_back(static_cast<int32_t>(i));
   }
@@ -149,10 +151,11 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
   for (int64_t e = 0; e < E; ++e)
     if (!rows[e].empty()) {
       const ExpertWeights& ew = experts[e];
-      need(ew.gate->cols() == D && ew.up->rows() == ew.gate->rows() && ew.down->rows() == D &&
-               ew.down->cols() == ew.gate->rows(),
-           "moe_experts", "gate/up [I, " + std::to_string(D) + "], down [" + std::to_string(D) + ", I]",
-           ew.gate->name() + " " + shape_string(ew.gate->shape()));
+      BLOOMERY_NEED(ew.gate->cols() == D && ew.up->rows() == ew.gate->rows() && ew.down->rows() == D &&
+                        ew.down->cols() == ew.gate->rows(),
+                    "moe_experts",
+                    "gate/up [I, " + std::to_string(D) + "], down [" + std::to_string(D) + ", I]",
+                    ew.gate->name() + " " + shape_string(ew.gate->shape()));
       I = std::max<int64_t>(I, ew.gate->rows());
       max_count = std::max<int64_t>(max_count, static_cast<int64_t>(rows[e].size()));
     }
