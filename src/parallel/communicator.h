@@ -1,8 +1,8 @@
 // The collectives tensor-parallel ranks use (serving.md §1.3, R-5; design next-capabilities §2): all-reduce,
 // all-gather, broadcast and barrier, on host memory. Implementations: ThreadGroup (ranks as threads of one
-// process; CI and `bloomery run --tp N`) and SocketComm (a process per rank, --nodes). The models' collectives
-// on device memory (NCCL, the one-GPU loopback) follow the same contract and meet through one of these
-// (backend/cuda/collectives/device_collective.h).
+// process; CI and `bloomery run --tp N`) and SocketComm (a process per rank, --nodes). The models'
+// collectives on device memory (NCCL, the one-GPU loopback) follow the same contract and meet through one of
+// these (backend/cuda/collectives/device_collective.h).
 //
 // Contract shared by every implementation:
 //  * Every rank calls the same collectives in the same order with the same sizes.

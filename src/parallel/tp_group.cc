@@ -63,7 +63,6 @@ TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, Lo
       const int per_rank = std::max(1, all / layout.size);
       ranks_ = std::make_unique<LocalTpRanks>(layout.size, layout.timeout, folder, load,
                                               [&](int rank) { return make_backend(per_rank, rank); });
-      collectives_ = ranks_->collectives();
     } else {
       backend_ = make_backend(threads, 0);
       lm_ = load_model(folder, *backend_, load);

@@ -62,7 +62,7 @@ class TpGroup {
   Backend& backend() { return ranks_ ? ranks_->backend() : *backend_; }
   LoadedModel& model() { return ranks_ ? ranks_->model() : *lm_; }
   // How this rank's collectives move data (Backend::join_tp; "" without TP): the start screen's line.
-  const std::string& collectives() const { return collectives_; }
+  const std::string& collectives() const { return ranks_ ? ranks_->collectives() : collectives_; }
   // Rank 0's communicator (null without TP): the server's step engine sends its plans through it.
   Communicator* comm();
 
@@ -82,7 +82,7 @@ class TpGroup {
   std::unique_ptr<LocalTpRanks> ranks_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<TpLeader> leader_;
-  std::string collectives_;
+  std::string collectives_;  // --nodes: this process's rank (in-process ranks: LocalTpRanks keeps rank 0's)
   bool stopped_ = false;
 };
 

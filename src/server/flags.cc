@@ -944,7 +944,8 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "N",
        "1",
-       "bloomery: tensor-parallel ranks (threads of this process: CPU ranks, or with -dev cuda0 one GPU each or all on one GPU; with --nodes, the number of nodes)",
+       "bloomery: tensor-parallel ranks (threads of this process: CPU ranks, or with -dev cuda0 one GPU each "
+       "or all on one GPU; with --nodes, the number of nodes)",
        [](O& o, auto& f, auto& v) { o.tp = static_cast<int>(to_int(f, v, 1, 64)); }},
       {{"--nodes"},
        {},

@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <cstring>
-#include <set>
 #include <utility>
 
 #include <fmt/format.h>

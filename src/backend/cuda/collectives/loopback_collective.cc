@@ -6,7 +6,6 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <cstring>
 #include <map>
 #include <mutex>
 #include <vector>
