@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sourced at the start of a device call's script (repo root): unpacks the carried bundle
-# (.devcarry-all/b.tgz, made by `tar -czf .devcarry-all/b.tgz .devcarry/bundle` after scripts/device-bundle.sh),
+# (.devcarry-all/b.tgz or b.txz, made by `tar -czf .devcarry-all/b.tgz .devcarry/bundle` after scripts/device-bundle.sh),
 # sets B (the bundle folder), out ($OUT), the library path and BLOOMERY_SOURCE_DIR, and prints the GPU's clocks.
 out=${OUT:-/tmp}
 [ -f .devcarry-all/b.tgz ] && tar -xzf .devcarry-all/b.tgz
+[ -f .devcarry-all/b.txz ] && tar -xJf .devcarry-all/b.txz  # xz when the tree leaves less room
 B=.devcarry/bundle
 # The toolkit's libraries (cuBLASLt) come from the machine's CUDA install, the Debian ones from the bundle.
 export LD_LIBRARY_PATH="$PWD/$B/lib:/usr/local/cuda/lib64:${LD_LIBRARY_PATH:-}" BLOOMERY_SOURCE_DIR="$PWD"

