@@ -207,12 +207,28 @@ class Backend : public virtual FamilyOps {
   // out = post · act(pre · x·Wᵀ): a product with the elementwise tail models put after it (the hyper-
   // connection reads' 1/n scale and activation, sigmoid gates). Each step rounds as the separate ops do, so a
   // fused backend gives the same bits. Default: matmul, then scale / activate / scale.
+  // out = post·act(pre·(x·Wᵀ)); then, with row_scale, each row t times row_scale[t] (a per-token gate, [T]
+  // or [T, 1]); with accumulate, added to out instead of stored (out += ...: a residual or a second branch
+  // summed in the product's store).
   struct Epilogue {
     float pre = 1.0f;
     Act act = Act::None;
     float post = 1.0f;
+    const Tensor* row_scale = nullptr;
+    bool accumulate = false;
+    bool elementwise_only() const { return !row_scale && !accumulate; }
   };
   virtual void matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Epilogue& e) {
+    if (!e.elementwise_only()) {  // the separate ops: into a temporary, scaled, then added or stored
+      Tensor t = alloc(out.shape());
+      matmul_epilogue(t, x, w, {e.pre, e.act, e.post});
+      if (e.row_scale) scale_rows(t, t, *e.row_scale);
+      if (e.accumulate)
+        add(out, out, t);
+      else
+        copy(out, t);
+      return;
+    }
     matmul(out, x, w);
     if (e.pre != 1.0f) scale(out, out, e.pre);
     if (e.act != Act::None) activate(out, out, e.act);
@@ -249,6 +265,13 @@ class Backend : public virtual FamilyOps {
                               Act act) = 0;
   // LayerNorm over the last dim with weight and bias (GLM indexer key norm). In place allowed.
   virtual void layer_norm(Tensor& out, const Tensor& x, const Weight& w, const Weight& b, float eps) = 0;
+  // A block's stream write and the next read's norm (qwen4_exp hyper-connections): hc_inject(X, y, inj),
+  // then xn = rms_norm(X, w, eps, kind, group). Default: those two ops; a backend may make it one pass.
+  virtual void hc_inject_norm(Tensor& X, const Tensor& y, const Tensor& inj, Tensor& xn, const Weight* w,
+                              float eps, NormKind kind, int64_t group) {
+    hc_inject(X, y, inj);
+    rms_norm(xn, X, w, eps, kind, group);
+  }
 
   // ---- elementwise (all allow in place) ------------------------------------------------------------------
   virtual void add(Tensor& out, const Tensor& a, const Tensor& b) = 0;                  // a + b
@@ -264,6 +287,15 @@ class Backend : public virtual FamilyOps {
   virtual void swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit = 0.0f) = 0;
   // out[R, n] = x[R, c0 : c0+n]   (column slice copy; x viewed as [R, C])
   virtual void take_cols(Tensor& out, const Tensor& x, int64_t c0) = 0;
+  // x's columns cut into consecutive blocks, one per output (each out_i [R, n_i], Σ n_i ≤ x.cols(); a
+  // fused projection's parts). Default: take_cols each; a backend may copy them all in one pass.
+  virtual void split_cols(std::span<Tensor* const> outs, const Tensor& x) {
+    int64_t c0 = 0;
+    for (Tensor* o : outs) {
+      take_cols(*o, x, c0);
+      c0 += o->cols();
+    }
+  }
   // dst[R, c0 : c0+n] = src[R, n]  (column slice write; concatenation along the last dim)
   virtual void put_cols(Tensor& dst, const Tensor& src, int64_t c0) = 0;
 

@@ -377,21 +377,18 @@ class Qwen3Next final : public BatchedModel {
     // Per key head h the rows are [q_h | k_h | v of its r value heads | z of its r value heads].
     Tensor grouped = qkvz.view({T * Hk, group});
     Tensor mixed = be.alloc({T, 2 * key_dim + value_dim});
-    Tensor part = be.alloc({T * Hk, dk});
-    be.take_cols(part, grouped, 0);
-    be.put_cols(mixed, part.view({T, key_dim}), 0);
-    be.take_cols(part, grouped, dk);
-    be.put_cols(mixed, part.view({T, key_dim}), key_dim);
-    Tensor vpart = be.alloc({T * Hk, r * dv});
-    be.take_cols(vpart, grouped, 2 * dk);
+    Tensor qpart = be.alloc({T * Hk, dk}), kpart = be.alloc({T * Hk, dk});
+    Tensor vpart = be.alloc({T * Hk, r * dv}), z = be.alloc({T * Hk, r * dv});
+    Tensor* const qkvz_parts[] = {&qpart, &kpart, &vpart, &z};
+    be.split_cols(qkvz_parts, grouped);
+    be.put_cols(mixed, qpart.view({T, key_dim}), 0);
+    be.put_cols(mixed, kpart.view({T, key_dim}), key_dim);
     be.put_cols(mixed, vpart.view({T, value_dim}), 2 * key_dim);
-    Tensor z = be.alloc({T * Hk, r * dv});
-    be.take_cols(z, grouped, 2 * dk + r * dv);
     // ba per key head: [b of its r value heads | a of its r value heads].
     Tensor bag = ba.view({T * Hk, 2 * r});
     Tensor b = be.alloc({T * Hk, r}), a = be.alloc({T * Hk, r});
-    be.take_cols(b, bag, 0);
-    be.take_cols(a, bag, r);
+    Tensor* const ba_parts[] = {&b, &a};
+    be.split_cols(ba_parts, bag);
 
     Tensor conv_out = be.alloc({T, 2 * key_dim + value_dim});
     for (GdnSlot& s : slots) {
@@ -401,9 +398,8 @@ class Qwen3Next final : public BatchedModel {
     }
     Tensor q = be.alloc({T, Hk, dk}), k = be.alloc({T, Hk, dk}), v = be.alloc({T, Hv, dv});
     Tensor q2 = q.view({T, key_dim}), k2 = k.view({T, key_dim}), v2 = v.view({T, value_dim});
-    be.take_cols(q2, conv_out, 0);
-    be.take_cols(k2, conv_out, key_dim);
-    be.take_cols(v2, conv_out, 2 * key_dim);
+    Tensor* const qkv_parts[] = {&q2, &k2, &v2};
+    be.split_cols(qkv_parts, conv_out);
 
     Tensor g = be.alloc({T, Hv}), beta = be.alloc({T, Hv});
     be.gdn_gates(g, beta, a.view({T, Hv}), b.view({T, Hv}), *lw.A_log, *lw.dt_bias);
@@ -431,8 +427,9 @@ class Qwen3Next final : public BatchedModel {
     const Backend::Product in_proj[] = {{&qg, lw.q}, {&k, lw.k}, {&v, lw.v}};
     be.matmul_group(in_proj, x);
     Tensor q = be.alloc({T, H, hd}), gate = be.alloc({T * H, hd});
-    be.take_cols(q, qg.view({T * H, 2 * hd}), 0);
-    be.take_cols(gate, qg.view({T * H, 2 * hd}), hd);
+    Tensor q_rows = q.view({T * H, hd});
+    Tensor* const qg_parts[] = {&q_rows, &gate};
+    be.split_cols(qg_parts, qg.view({T * H, 2 * hd}));
     be.rms_norm(q, q, lw.q_norm, c_.eps, NormKind::OnePlus, hd);
     be.rms_norm(k, k, lw.k_norm, c_.eps, NormKind::OnePlus, hd);
     Tensor o = be.alloc({T, H, hd});

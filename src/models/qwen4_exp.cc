@@ -324,9 +324,11 @@ class Qwen4Exp final : public BatchedModel {
     Tensor X = be.alloc({T, n * D});
     for (int64_t s = 0; s < n; ++s) be.put_cols(X, e, s * D);
 
+    Tensor xn;  // X normalised for the next hyper-connection read, when the inject before it made it
     for (int64_t l = 0; l < c_.L; ++l) {
       const Layer& L = layers_[l];
       if (L.has_ple) {
+        xn = Tensor{};  // PLE writes X after the last inject
         std::vector<PleSlot> ps;
         for (size_t i = 0; i < st.size(); ++i) {
           Tensor& conv = st[i]->ple_conv[l];
@@ -336,7 +338,7 @@ class Qwen4Exp final : public BatchedModel {
         ple(be, L.ple, ps, X, b.tok);
       }
       Tensor inj = be.alloc({T, n});
-      Tensor u = hc_read(be, L.attn_hc, X, &inj);
+      Tensor u = hc_read(be, L.attn_hc, X, &inj, xn);
       Tensor y;
       if (L.qsa) {
         std::vector<QsaSlot> qs;
@@ -353,11 +355,13 @@ class Qwen4Exp final : public BatchedModel {
         y = gdn(be, L.gdn, u, gs);
       }
       tp_.all_reduce(be, y, "mixer all-reduce");  // row-parallel o_proj / out_proj partials
-      be.hc_inject(X, y, inj);
-      u = hc_read(be, L.mlp_hc, X, &inj);
+      xn = hc_inject_norm(be, X, y, inj, L.mlp_hc.norm);
+      u = hc_read(be, L.mlp_hc, X, &inj, xn);
       y = moe(be, L.moe, u);
       tp_.all_reduce(be, y, "MoE all-reduce");  // routed + shared expert partials, one sum
-      be.hc_inject(X, y, inj);
+      // The next layer's attention read normalises X first (unless its PLE writes X in between).
+      const bool next_reads = l + 1 < c_.L && !layers_[l + 1].has_ple;
+      xn = hc_inject_norm(be, X, y, inj, next_reads ? layers_[l + 1].attn_hc.norm : nullptr);
       be.step_layer_done();
     }
     batch_advance(entries);
@@ -406,16 +410,16 @@ class Qwen4Exp final : public BatchedModel {
     Tensor u = hc_read(be, L.attn_hc, X, &inj);
     const QsaSlot slot{&st.draft, &pos, p0, 1, 0, T, &st.index_ties};
     Tensor y = qsa(be, L.att, u, std::span(&slot, 1));
-    be.hc_inject(X, y, inj);
-    u = hc_read(be, L.mlp_hc, X, &inj);
+    Tensor xn = hc_inject_norm(be, X, y, inj, L.mlp_hc.norm);
+    u = hc_read(be, L.mlp_hc, X, &inj, xn);
     y = moe(be, L.moe, u);
-    be.hc_inject(X, y, inj);
+    xn = hc_inject_norm(be, X, y, inj, draft_.mixer.norm);
     st.draft_pos += T;
     report_ties(st, ties_before);
 
     ForwardResult r;
     r.hidden = X;
-    Tensor h = hc_read(be, draft_.mixer, X, nullptr);
+    Tensor h = hc_read(be, draft_.mixer, X, nullptr, xn);
     r.logits = be.alloc({T, c_.V});
     be.matmul(r.logits, h, *lm_head_);
     return r;
@@ -553,11 +557,29 @@ class Qwen4Exp final : public BatchedModel {
 
   // ---- the math ----
 
+  // X += inj ⊙ y per stream (the block's write); with `norm`, also returns X normalised by it for the
+  // hyper-connection read that follows (one pass where the backend fuses them), else an undefined tensor.
+  Tensor hc_inject_norm(Backend& be, Tensor& X, const Tensor& y, const Tensor& inj,
+                        const Weight* norm) const {
+    if (!norm) {
+      be.hc_inject(X, y, inj);
+      return {};
+    }
+    Tensor xn = be.alloc(X.shape());
+    be.hc_inject_norm(X, y, inj, xn, norm, c_.eps, NormKind::OnePlus, c_.D);
+    return xn;
+  }
+
   // Gated-residual read (§3.5): u = mean_s σ(W_up silu(W_down Xn / n))[s] ⊙ Xn[s]; inj = 2σ(W_inj Xn / n).
-  Tensor hc_read(Backend& be, const HyperConn& h, const Tensor& X, Tensor* inj) const {
+  // `ready` is Xn when the inject before made it (hc_inject_norm with h.norm), else undefined.
+  Tensor hc_read(Backend& be, const HyperConn& h, const Tensor& X, Tensor* inj,
+                 const Tensor& ready = {}) const {
     const int64_t T = X.rows(), n = c_.n, D = c_.D;
-    Tensor xn = be.alloc({T, n * D});
-    be.rms_norm(xn, X, h.norm, c_.eps, NormKind::OnePlus, D);
+    Tensor xn = ready;
+    if (!xn.defined()) {
+      xn = be.alloc({T, n * D});
+      be.rms_norm(xn, X, h.norm, c_.eps, NormKind::OnePlus, D);
+    }
     Tensor a = be.alloc({T, c_.r});
     const float inv_n = 1.0f / static_cast<float>(n);
     // The down projection and the inject gate both read xn: one group.
@@ -663,9 +685,8 @@ class Qwen4Exp final : public BatchedModel {
     }
     Tensor q = be.alloc({T, c_.Hk, c_.dk}), k = be.alloc({T, c_.Hk, c_.dk}), v = be.alloc({T, c_.Hv, c_.dv});
     Tensor q2 = q.view({T, kd}), k2 = k.view({T, kd}), v2 = v.view({T, vd});
-    be.take_cols(q2, c, 0);
-    be.take_cols(k2, c, kd);
-    be.take_cols(v2, c, 2 * kd);
+    Tensor* const qkv_parts[] = {&q2, &k2, &v2};
+    be.split_cols(qkv_parts, c);
     Tensor g = be.alloc({T, c_.Hv}), beta = be.alloc({T, c_.Hv});
     be.gdn_gates(g, beta, a, b, *w.A_log, *w.dt_bias);  // g = −exp(A_log)·softplus(a + dt_bias); β = σ(b)
     Tensor o = be.alloc({T, c_.Hv, c_.dv});
@@ -697,10 +718,10 @@ class Qwen4Exp final : public BatchedModel {
     // indexer
     Tensor qi = be.alloc({T, c_.Hi, c_.dI});
     Tensor qi2 = qi.view({T, c_.Hi * c_.dI});
-    be.take_cols(qi2, qk, 0);
-    be.rms_norm(qi2, qi2, w.idx_q_norm, c_.eps, NormKind::OnePlus, c_.dI);
     Tensor kraw = be.alloc({T, c_.dI});
-    be.take_cols(kraw, qk, c_.Hi * c_.dI);
+    Tensor* const qk_parts[] = {&qi2, &kraw};
+    be.split_cols(qk_parts, qk);
+    be.rms_norm(qi2, qi2, w.idx_q_norm, c_.eps, NormKind::OnePlus, c_.dI);
     QsaIndexSpec spec;
     spec.compress = static_cast<int>(c_.compress);
     spec.block_topk = static_cast<int>(c_.budget / c_.compress);
@@ -711,8 +732,8 @@ class Qwen4Exp final : public BatchedModel {
     qg = qg.view({T * H, 2 * hd});
     Tensor q = be.alloc({T, H, hd}), gate = be.alloc({T, H * hd});
     Tensor q2 = q.view({T * H, hd}), gate2 = gate.view({T * H, hd});
-    be.take_cols(q2, qg, 0);
-    be.take_cols(gate2, qg, hd);
+    Tensor* const qg_parts[] = {&q2, &gate2};
+    be.split_cols(qg_parts, qg);
     be.rms_norm(q2, q2, w.q_norm, c_.eps, NormKind::OnePlus, hd);
     be.rms_norm(k2, k2, w.k_norm, c_.eps, NormKind::OnePlus, hd);
     Tensor o = be.alloc({T, H, hd});

@@ -91,7 +91,7 @@ void qwen_moe(Backend& be, const QwenMoe& m, const QwenConfig& c, const Tensor& 
   const int64_t T = x.rows();
   // Every product of x first: the router, the shared expert's gate and up, and its sigmoid gate.
   Tensor logits = be.alloc({T, c.E});
-  Tensor g = be.alloc({T, c.Is}), u = be.alloc({T, c.Is}), s = be.alloc({T, c.D}), sg = be.alloc({T, 1});
+  Tensor g = be.alloc({T, c.Is}), u = be.alloc({T, c.Is}), sg = be.alloc({T, 1});
   const Backend::Product of_x[] = {
       {&logits, m.router}, {&g, m.sh_gate}, {&u, m.sh_up}, {&sg, m.sh_gate_w, {.act = Act::Sigmoid}}};
   be.matmul_group(of_x, x);
@@ -99,9 +99,7 @@ void qwen_moe(Backend& be, const QwenMoe& m, const QwenConfig& c, const Tensor& 
   be.route_softmax_topk(ids, wts, logits, RouterSpec{static_cast<int>(c.top_k), c.norm_topk});
   be.moe_experts(y, x, ids, wts, m.experts);
   be.swiglu(g, g, u);
-  be.matmul(s, g, *m.sh_down);
-  be.scale_rows(s, s, sg);
-  be.add(y, y, s);
+  be.matmul_epilogue(y, g, *m.sh_down, {.row_scale = &sg, .accumulate = true});  // y += sg ⊙ shared(x)
 }
 
 }  // namespace bloomery

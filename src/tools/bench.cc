@@ -44,10 +44,11 @@ double since(Clock::time_point t0) {
 }
 
 // The --ab knobs and the row suffix of each one's candidate (run_bench switches them on a CUDA backend).
-const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},     {"eager-zero", "lazy-zero"},
-                                                       {"epilogue", "fused"}, {"gemm-lib", "cublaslt"},
-                                                       {"moe", "moe2"},       {"pdl", "pdl"},
-                                                       {"gemv-x", "x-once"},  {"gemv-group", "grouped"}};
+const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},         {"eager-zero", "lazy-zero"},
+                                                       {"epilogue", "fused"},     {"gemm-lib", "cublaslt"},
+                                                       {"moe", "moe2"},           {"pdl", "pdl"},
+                                                       {"gemv-x", "x-once"},      {"gemv-group", "grouped"},
+                                                       {"block-ops", "block-ops"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -186,8 +187,9 @@ int run_bench(int argc, char** argv) {
          "at every alloc (BLOOMERY_CUDA_EAGER_ZERO=1) against the deferred zero fill, rows 'tgN' and "
          "'tgN+lazy-zero'; 'epilogue' a product's scale/activation tail as separate ops "
          "(BLOOMERY_CUDA_FUSE_EPILOGUE=0) against fused into the GEMV, rows 'tgN' and 'tgN+fused'; "
-         "'gemm-lib' BF16 prompt products on the project's tensor-core kernel (the default) "
-         "against cuBLASLt (BLOOMERY_CUDA_GEMM_LIB=1), rows 'ppN'/'tgN' and 'ppN+cublaslt'/'tgN+cublaslt'; "
+         "'gemm-lib' BF16 prompt products on the project's tensor-core kernel "
+         "(BLOOMERY_CUDA_GEMM_LIB=0) against cuBLASLt (the default), rows 'ppN'/'tgN' and "
+         "'ppN+cublaslt'/'tgN+cublaslt'; "
          "'moe' the routed-expert decode kernel variant 1 (BLOOMERY_CUDA_MOE_DECODE=1) against 2, rows 'tgN' "
          "and "
          "'tgN+moe2'; 'pdl' kernels in stream order (BLOOMERY_CUDA_PDL=0) against programmatic dependent "
@@ -195,8 +197,10 @@ int run_bench(int argc, char** argv) {
          "rows 'tgN' and 'tgN+pdl'; 'gemv-x' the multi-row GEMV reloading x per weight row "
          "(BLOOMERY_CUDA_GEMV_X_ONCE=0) "
          "against once per warp, rows 'tgN' and 'tgN+x-once'; 'gemv-group' the products of one input one "
-         "launch each "
-         "against one launch per weight width (BLOOMERY_CUDA_GEMV_GROUP=1), rows 'tgN' and 'tgN+grouped'. pp "
+         "launch each (BLOOMERY_CUDA_GEMV_GROUP=0) "
+         "against one launch per weight width (the default), rows 'tgN' and 'tgN+grouped'; 'block-ops' the "
+         "block ops as separate kernels (BLOOMERY_CUDA_BLOCK_OPS=0) against fused (split_cols, "
+         "hc_inject_norm, row-scaled accumulating products), rows 'tgN' and 'tgN+block-ops'. pp "
          "rows "
          "alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
@@ -372,6 +376,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
       else if (ab_knob == "gemv-group")
         hooks.set_ab = [cb](bool candidate) { cb->set_group_products(candidate); };
+      else if (ab_knob == "block-ops")
+        hooks.set_ab = [cb](bool candidate) { cb->set_block_ops(candidate); };
       else if (ab_knob == "gemv-x")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_x_once(candidate); };
       else if (ab_knob == "pdl")

@@ -265,6 +265,23 @@ void CudaBackend::take_cols(Tensor& out, const Tensor& x, int64_t c0) {
   copy_cols(out.out_f32({&x}), n, 0, x.f32(), C, c0, R, n, stream_);
 }
 
+void CudaBackend::split_cols(std::span<Tensor* const> outs, const Tensor& x) {
+  if (!block_ops_ || outs.size() < 2 || outs.size() > static_cast<size_t>(kSplitMax))
+    return Backend::split_cols(outs, x);
+  OpScope op_scope(op_times_, stream_, "split cols");
+  const int64_t R = x.rows(), C = x.cols();
+  SplitCols a;
+  for (Tensor* o : outs) {
+    BLOOMERY_NEED(o->rows() == R && a.total + o->cols() <= C, "split_cols",
+                  "outputs [" + std::to_string(R) + ", n_i] whose widths fit x " + x.shape_str(),
+                  o->shape_str() + " at column " + std::to_string(a.total));
+    a.c0[a.count++] = a.total;
+    a.total += o->cols();
+  }
+  for (int p = 0; p < a.count; ++p) a.out[p] = outs[p]->out_f32({&x});
+  cuda::split_cols(a, x.f32(), C, R, stream_);
+}
+
 void CudaBackend::put_cols(Tensor& dst, const Tensor& src, int64_t c0) {
   OpScope op_scope(op_times_, stream_, "copy cols");
   const int64_t R = dst.rows(), C = dst.cols(), n = src.cols();

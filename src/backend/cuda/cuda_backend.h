@@ -92,6 +92,10 @@ class CudaBackend final : public Backend {
   void set_fuse_epilogues(bool on) { fuse_epilogues_ = on; }
   void matmul_group(std::span<const Backend::Product> products, const Tensor& x) override;
   void set_group_products(bool on) { group_products_ = on; }
+  // The fused block ops: split_cols in one launch, hc_inject_norm in one pass, a product's row scale and
+  // accumulating store in the decode GEMV's store. Off: the Backend defaults (separate ops; bench --ab
+  // block-ops, BLOOMERY_CUDA_BLOCK_OPS=0).
+  void set_block_ops(bool on) { block_ops_ = on; }
   void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) override;
   void prefetch_rows(const Weight& table, std::span<const int64_t> ids) override;
 
@@ -110,6 +114,7 @@ class CudaBackend final : public Backend {
   void scale_rows(Tensor& out, const Tensor& x, const Tensor& s) override;
   void swiglu(Tensor& out, const Tensor& gate, const Tensor& up, float limit = 0.0f) override;
   void take_cols(Tensor& out, const Tensor& x, int64_t c0) override;
+  void split_cols(std::span<Tensor* const> outs, const Tensor& x) override;
   void put_cols(Tensor& dst, const Tensor& src, int64_t c0) override;
 
   void rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& rope) override;
@@ -130,6 +135,8 @@ class CudaBackend final : public Backend {
   // qwen4_exp family ops (family/qwen4_ops.cc).
   void hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) override;
   void hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) override;
+  void hc_inject_norm(Tensor& X, const Tensor& y, const Tensor& inj, Tensor& xn, const Weight* w, float eps,
+                      NormKind kind, int64_t group) override;
   void ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const Tensor& v) override;
   void qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kraw, int64_t pos0, const Weight& k_norm,
                         const QsaIndexSpec& spec) override;
@@ -200,9 +207,10 @@ class CudaBackend final : public Backend {
   OpTimes op_times_;
   bool zero_fill_eager_ = env_is("BLOOMERY_CUDA_EAGER_ZERO", "1");
   bool fuse_epilogues_ = !env_is("BLOOMERY_CUDA_FUSE_EPILOGUE", "0");
-  // matmul_group in one launch per width: off until measured on the card (BLOOMERY_CUDA_GEMV_GROUP=1, bench
-  // --ab gemv-group); off, the products run one matmul_epilogue each.
-  bool group_products_ = env_is("BLOOMERY_CUDA_GEMV_GROUP", "1");
+  // matmul_group in one launch per width (the 2026-12-02 A/B, --ab gemv-group: tg32 C=1 86.1 -> 96.5 tok/s,
+  // C=4 141.7 -> 149.9, every round). BLOOMERY_CUDA_GEMV_GROUP=0: one matmul_epilogue each.
+  bool group_products_ = !env_is("BLOOMERY_CUDA_GEMV_GROUP", "0");
+  bool block_ops_ = !env_is("BLOOMERY_CUDA_BLOCK_OPS", "0");
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

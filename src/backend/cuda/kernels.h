@@ -20,13 +20,19 @@ enum ActCode : int { kActNone = 0, kActSilu = 1, kActSigmoid = 2, kActSoftplus =
 constexpr int kGemvMaxRows = 8;
 // The elementwise tail of a product (Backend::Epilogue): y = post · act(pre · y), each step rounded as the
 // separate scale / activate kernels round it.
+// With row_scale (device, one per row of x) each row is then scaled, and with accumulate added to y instead
+// of stored (Backend::Epilogue), rounded as scale_rows and add round them; only the split-K kernel has those
+// two.
 struct Epilogue {
   float pre = 1.0f;
   int act = kActNone;
   float post = 1.0f;
-  bool none() const { return pre == 1.0f && act == kActNone && post == 1.0f; }
+  const float* row_scale = nullptr;
+  bool accumulate = false;
+  bool none() const { return pre == 1.0f && act == kActNone && post == 1.0f && !row_scale && !accumulate; }
+  bool elementwise_only() const { return !row_scale && !accumulate; }
 };
-// The split-K kernel applies `e` as it stores; the other GEMV paths run epilogue() after.
+// The split-K kernel applies `e` as it stores; the other GEMV paths run epilogue() after (elementwise only).
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
           const Epilogue& e = {});
 // Products of one x[T, K] (T ≤ 8) in as few launches as their weight widths allow (one per width, up to four
@@ -58,8 +64,8 @@ void set_pdl(bool on);
 // weight tiles dequantised from the stored format in shared memory; SIMT fallback (gemm/tc_gemm.cu, gemm.cu).
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
           cudaStream_t s);
-// BF16-stored weights go through cuBLASLt (gemm/lt_gemm.cc) when switched on (BLOOMERY_CUDA_GEMM_LIB=1 at
-// start, or set_gemm_library between calls for A/B measurements); off by default (lt_gemm.cc says why).
+// BF16-stored weights go through cuBLASLt (gemm/lt_gemm.cc) unless switched off (BLOOMERY_CUDA_GEMM_LIB=0 at
+// start, or set_gemm_library between calls for A/B measurements); lt_gemm.cc says why it is the default.
 bool gemm_library();
 void set_gemm_library(bool on);
 // out[i, :] = W[ids[i], :] decoded to f32 (any stored format); ids on the card.
@@ -76,8 +82,20 @@ void swiglu(float* out, const float* gate, const float* up, float limit, int64_t
 // dst[r, d0 + c] = src[r, s0 + c] for c < n; row strides ds / ss (column slice copies, both ways).
 void copy_cols(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0, int64_t R,
                int64_t n, cudaStream_t s);
+// out[p][r, c] = src[r, c0[p] + c] for the columns c0[p] … c0[p + 1] (the last up to `total`): src's first
+// `total` columns cut into `count` contiguous outputs in one launch.
+constexpr int kSplitMax = 4;
+struct SplitCols {
+  float* out[kSplitMax];
+  int64_t c0[kSplitMax];
+  int64_t total = 0;
+  int count = 0;
+};
+void split_cols(const SplitCols& a, const float* src, int64_t ss, int64_t R, cudaStream_t s);
 
 // ---- norms -----------------------------------------------------------------------------------------------
+// Threads per group of the norm kernels (a fused kernel that must reduce as they do takes the same).
+int rms_norm_threads(int64_t group);
 // kind: 0 Plain, 1 OnePlus, 2 Unweighted (NormKind order). w_per_group: w has C elements (slice per group).
 void rms_norm(float* out, const float* x, const float* w, float eps, int kind, int64_t groups, int64_t group,
               int64_t groups_per_row, bool w_per_group, cudaStream_t s);

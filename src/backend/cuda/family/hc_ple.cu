@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/qwen4_kernels.h"
+#include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 
@@ -39,6 +40,33 @@ __global__ void hc_inject_k(float* X, const float* y, const float* inj, int64_t 
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ts = i / D, d = i % D, t = ts / n;
     X[i] = __fadd_rn(X[i], __fmul_rn(inj[ts], y[t * D + d]));  // product rounded first, as on the CPU
+  }
+}
+
+// One block per (t, s), with the norm kernel's thread count, loop order and reduction: the stream write as
+// hc_inject_k rounds it, then that stream's RMSNorm as rms_norm_k computes it (the same bits as the two).
+__global__ void hc_inject_norm_k(float* X, const float* y, const float* inj, float* xn, const float* w,
+                                 float eps, int kind, int n, int64_t D, bool w_per_group) {
+  pdl_wait();
+  pdl_launch_dependents();
+  __shared__ float red[33];
+  const int64_t g = blockIdx.x, t = g / n;
+  float* xg = X + g * D;
+  const float* yt = y + t * D;
+  const float a = inj[g];
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = __fadd_rn(xg[i], __fmul_rn(a, yt[i]));
+    xg[i] = v;
+    ss += v * v;
+  }
+  ss = block_reduce_sum(ss, red);
+  const float s = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  const float* wg = w ? (w_per_group ? w + (g % n) * D : w) : nullptr;
+  float* out = xn + g * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = xg[i] * s;
+    out[i] = kind == 0 ? wg[i] * v : (kind == 1 ? v * (1.0f + wg[i]) : v);
   }
 }
 
@@ -78,6 +106,14 @@ void hc_inject(float* X, const float* y, const float* inj, int64_t T, int n, int
   if (T * n * D == 0) return;
   pdl_launch(hc_inject_k, hc_grid(T * n * D, 256), 256, 0, s, X, y, inj, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("hc_inject X " + shape(T, n, D));
+}
+
+void hc_inject_norm(float* X, const float* y, const float* inj, float* xn, const float* w, float eps,
+                    int kind, int64_t T, int n, int64_t D, bool w_per_group, cudaStream_t s) {
+  if (T * n * D == 0) return;
+  pdl_launch(hc_inject_norm_k, static_cast<unsigned>(T * n), rms_norm_threads(D), 0, s, X, y, inj, xn, w, eps,
+             kind, n, D, w_per_group);
+  BLOOMERY_CUDA_CHECK_LAUNCH("hc_inject_norm X " + shape(T, n, D));
 }
 
 void ple_gate(float* G, const float* kn, const float* qn, const float* v, int64_t T, int n, int64_t D,

@@ -13,6 +13,10 @@ namespace bloomery::cuda {
 void hc_read_mix(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D, cudaStream_t s);
 // X[t, s, d] += inj[t, s] · y[t, d];  X [T, n·D], inj [T, n], y [T, D]. Rounded as the CPU op (no FMA).
 void hc_inject(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D, cudaStream_t s);
+// hc_inject, then xn = RMSNorm of each D-stream of X (w: D or n·D weights, `kind` as rms_norm's) in one
+// pass, the same bits as the two launches (the norm's thread count and reduction order).
+void hc_inject_norm(float* X, const float* y, const float* inj, float* xn, const float* w, float eps,
+                    int kind, int64_t T, int n, int64_t D, bool w_per_group, cudaStream_t s);
 // G[t, s, :] = σ(ĝ) · v[t, :], g = <kn[t,s], qn[t,s]>/sqrt(D), ĝ = sign(g)·sqrt(max(|g|, 1e-6)).
 void ple_gate(float* G, const float* kn, const float* qn, const float* v, int64_t T, int n, int64_t D,
               cudaStream_t s);

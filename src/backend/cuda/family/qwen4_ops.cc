@@ -10,6 +10,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/qwen4_kernels.h"
 #include "backend/cuda/op_args.h"
+#include "backend/op_checks.h"
 
 namespace bloomery::cuda {
 namespace {
@@ -38,6 +39,20 @@ void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
   BLOOMERY_NEED(X.numel() == T * n * D && inj.rows() == T, "hc_inject",
                 "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
   cuda::hc_inject(X.f32(), y.f32(), inj.f32(), T, static_cast<int>(n), D, stream_);
+}
+
+void CudaBackend::hc_inject_norm(Tensor& X, const Tensor& y, const Tensor& inj, Tensor& xn, const Weight* w,
+                                 float eps, NormKind kind, int64_t group) {
+  const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
+  if (!block_ops_ || group != D) return Backend::hc_inject_norm(X, y, inj, xn, w, eps, kind, group);
+  OpScope op_scope(op_times_, stream_, "hc inject + norm");
+  BLOOMERY_NEED(X.numel() == T * n * D && inj.rows() == T, "hc_inject_norm",
+                "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
+  const RmsNormShape sh = check_rms_norm_args(xn, X, w, kind, group);
+  const float* wp = kind == NormKind::Unweighted ? nullptr : param_f32(*w, "hc_inject_norm");
+  float* xp = X.f32();
+  cuda::hc_inject_norm(xp, y.f32(), inj.f32(), xn.out_f32({&X}), wp, eps, static_cast<int>(kind), T,
+                       static_cast<int>(n), D, sh.per_group, stream_);
 }
 
 void CudaBackend::ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const Tensor& v) {

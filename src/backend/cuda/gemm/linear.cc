@@ -81,14 +81,30 @@ void CudaBackend::matmul(Tensor& out, const Tensor& x, const Weight& w) {
 
 void CudaBackend::matmul_epilogue(Tensor& out, const Tensor& x, const Weight& w, const Backend::Epilogue& e) {
   if (!fuse_epilogues_) return Backend::matmul_epilogue(out, x, w, e);  // the separate ops (bench A/B)
-  linear_checked(out, x, w, 0, w.rows(), {e.pre, act_code(e.act), e.post});
+  if (e.elementwise_only()) return linear_checked(out, x, w, 0, w.rows(), {e.pre, act_code(e.act), e.post});
+  // A row scale and an accumulating store live in the split-K GEMV's store only: decode rows.
+  const int64_t T = x.rows();
+  const DeviceWeight& dw = product_weight(w);
+  const GemvProduct one[] = {{dw, nullptr, {}}};
+  if (!block_ops_ || T > kGemvMaxRows || !gemv_group_applies(one, x.f32(), static_cast<int>(T)))
+    return Backend::matmul_epilogue(out, x, w, e);
+  check_matmul_args(out, x, w, 0, w.rows());
+  if (e.row_scale)
+    BLOOMERY_NEED(e.row_scale->numel() == T, "matmul_epilogue", std::to_string(T) + " row scales",
+                  e.row_scale->shape_str());
+  const cuda::Epilogue ce{e.pre, act_code(e.act), e.post, e.row_scale ? e.row_scale->f32() : nullptr,
+                          e.accumulate};
+  float* y = e.accumulate ? out.f32() : (e.row_scale ? out.out_f32({&x, e.row_scale}) : out.out_f32({&x}));
+  linear(y, x.f32(), T, dw, 0, w.rows(), ce);
 }
 
 // Decode products of one x in one launch per weight width (a dependent kernel costs ~4 µs however little it
 // reads, docs/performance.md); prompts, a lone product and the separate-epilogue A/B mode one at a time.
 void CudaBackend::matmul_group(std::span<const Backend::Product> products, const Tensor& x) {
   const int64_t T = x.rows();
-  if (!group_products_ || !fuse_epilogues_ || products.size() < 2 || T > kGemvMaxRows)
+  const bool elementwise = std::all_of(products.begin(), products.end(),
+                                       [](const Backend::Product& p) { return p.e.elementwise_only(); });
+  if (!group_products_ || !fuse_epilogues_ || !elementwise || products.size() < 2 || T > kGemvMaxRows)
     return Backend::matmul_group(products, x);
   std::vector<GemvProduct> ps;
   ps.reserve(products.size());

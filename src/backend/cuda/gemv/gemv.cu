@@ -130,6 +130,14 @@ constexpr int kSplitWarps = 8;  // warps per block of gemv_split
 template <Width W>
 constexpr int kLoadsAhead = W == Width::Fp4 ? 4 : 2;
 
+// One element of row t of the product: the epilogue, then the row scale and the accumulation, each rounded
+// as its separate op (scale_rows, add) rounds it.
+__device__ __forceinline__ void store_product(const Epilogue& e, int t, float* y, float v) {
+  v = epilogue_apply(e.pre, e.act, e.post, v);
+  if (e.row_scale) v = __fmul_rn(v, e.row_scale[t]);
+  *y = e.accumulate ? __fadd_rn(*y, v) : v;
+}
+
 // One block's rows of y = e(x · W[row0 : row0 + n]ᵀ): `block` is the block's index within this product (a
 // grouped launch runs several products' blocks in one grid).
 template <Width W, int R, bool kXOnce>
@@ -231,7 +239,7 @@ __device__ __forceinline__ void split_rows(const DeviceWeight& w, int64_t row0, 
       const float s = warp_sum(acc[j][t]);
       if (lane != 0 || j >= rows) continue;
       if (ks == 1)
-        y[t * n + r0 + j] = epilogue_apply(e.pre, e.act, e.post, s * post);
+        store_product(e, t, y + t * n + r0 + j, s * post);
       else
         part[warp][j][t] = s;
     }
@@ -242,7 +250,7 @@ __device__ __forceinline__ void split_rows(const DeviceWeight& w, int64_t row0, 
   if (wk != 0 || j >= rows || p >= R * T) return;
   float s = 0.0f;
   for (int q = 0; q < ks; ++q) s += part[group * ks + q][j][t];
-  y[t * n + r0 + j] = epilogue_apply(e.pre, e.act, e.post, s * post);
+  store_product(e, t, y + t * n + r0 + j, s * post);
 }
 
 template <Width W, int R, bool kXOnce>

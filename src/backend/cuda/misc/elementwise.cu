@@ -90,6 +90,19 @@ __global__ void copy_cols_k(float* dst, int64_t ds, int64_t d0, const float* src
   }
 }
 
+// Consecutive column blocks of src [R, ss] into up to kSplitMax outputs in one pass (split_cols).
+__global__ void split_cols_k(SplitCols a, const float* src, int64_t ss, int64_t R) {
+  pdl_wait();
+  pdl_launch_dependents();
+  GRID_STRIDE(i, R * a.total) {
+    const int64_t r = i / a.total, c = i % a.total;
+    int p = 0;
+    while (p + 1 < a.count && c >= a.c0[p + 1]) ++p;
+    const int64_t n = (p + 1 < a.count ? a.c0[p + 1] : a.total) - a.c0[p];
+    a.out[p][r * n + (c - a.c0[p])] = src[r * ss + c];
+  }
+}
+
 std::string sz(int64_t n) {
   return "[" + std::to_string(n) + "]";
 }
@@ -121,6 +134,9 @@ void activate(float* out, const float* x, int act, int64_t n, cudaStream_t s) {
 }
 
 void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s) {
+  if (!e.elementwise_only())  // row scales and accumulation live in the split-K GEMV's store only
+    cuda_fail(cudaErrorInvalidValue, "epilogue", "a row scale or accumulating store outside the split-K GEMV",
+              __FILE__, __LINE__);
   if (n == 0 || e.none()) return;
   pdl_launch(epilogue_k, grid_for(n, kThreads), kThreads, 0, s, y, e, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("epilogue " + sz(n));
@@ -136,6 +152,13 @@ void swiglu(float* out, const float* gate, const float* up, float limit, int64_t
   if (n == 0) return;
   pdl_launch(swiglu_k, grid_for(n, kThreads), kThreads, 0, s, out, gate, up, limit, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("swiglu " + sz(n));
+}
+
+void split_cols(const SplitCols& a, const float* src, int64_t ss, int64_t R, cudaStream_t s) {
+  if (R * a.total == 0) return;
+  pdl_launch(split_cols_k, grid_for(R * a.total, kThreads), kThreads, 0, s, a, src, ss, R);
+  BLOOMERY_CUDA_CHECK_LAUNCH("split_cols [" + std::to_string(R) + ", " + std::to_string(a.total) + "] into " +
+                             std::to_string(a.count));
 }
 
 void copy_cols(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0, int64_t R,

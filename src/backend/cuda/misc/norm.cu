@@ -65,25 +65,25 @@ __global__ void layer_norm_k(float* out, const float* x, const float* w, const f
     out[blockIdx.x * C + i] = (xr[i] - mean) * s * w[i] + b[i];
 }
 
-int threads_for(int64_t group) {
+}  // namespace
+
+int rms_norm_threads(int64_t group) {
   return group >= kThreads ? kThreads : (group >= 128 ? 128 : (group > 32 ? 64 : 32));
 }
-
-}  // namespace
 
 void rms_norm(float* out, const float* x, const float* w, float eps, int kind, int64_t groups, int64_t group,
               int64_t groups_per_row, bool w_per_group, cudaStream_t s) {
   if (groups == 0) return;
-  pdl_launch(rms_norm_k, static_cast<unsigned>(groups), threads_for(group), 0, s, out, x, w, eps, kind, group,
-             groups_per_row, w_per_group);
+  pdl_launch(rms_norm_k, static_cast<unsigned>(groups), rms_norm_threads(group), 0, s, out, x, w, eps, kind,
+             group, groups_per_row, w_per_group);
   BLOOMERY_CUDA_CHECK_LAUNCH("rms_norm groups " + std::to_string(groups) + " × " + std::to_string(group));
 }
 
 void rms_norm_gated(float* out, const float* x, const float* z, const float* w, float eps, int act,
                     int64_t groups, int64_t group, cudaStream_t s) {
   if (groups == 0) return;
-  pdl_launch(rms_norm_gated_k, static_cast<unsigned>(groups), threads_for(group), 0, s, out, x, z, w, eps,
-             act, group);
+  pdl_launch(rms_norm_gated_k, static_cast<unsigned>(groups), rms_norm_threads(group), 0, s, out, x, z, w,
+             eps, act, group);
   BLOOMERY_CUDA_CHECK_LAUNCH("rms_norm_gated groups " + std::to_string(groups) + " × " +
                              std::to_string(group));
 }
@@ -91,7 +91,7 @@ void rms_norm_gated(float* out, const float* x, const float* z, const float* w, 
 void layer_norm(float* out, const float* x, const float* w, const float* b, float eps, int64_t R, int64_t C,
                 cudaStream_t s) {
   if (R == 0) return;
-  pdl_launch(layer_norm_k, static_cast<unsigned>(R), threads_for(C), 0, s, out, x, w, b, eps, C);
+  pdl_launch(layer_norm_k, static_cast<unsigned>(R), rms_norm_threads(C), 0, s, out, x, w, b, eps, C);
   BLOOMERY_CUDA_CHECK_LAUNCH("layer_norm [" + std::to_string(R) + ", " + std::to_string(C) + "]");
 }
 

@@ -1,0 +1,133 @@
+// The CUDA backend's fused block ops against the Backend defaults they replace (the separate ops, which the
+// CPU backend runs and the goldens hold): split_cols in one launch, hc_inject_norm in one pass, and a
+// product's row scale and accumulating store in the decode GEMV. Each fused op computes in the separate ops'
+// order and rounding, so the bits must be equal; the CPU side checks that both are the right math.
+#include "backend_util.h"
+
+namespace bloomery::gputest {
+namespace {
+
+class BlockOps : public BackendPair {
+ protected:
+  void TearDown() override {
+    if (gpu_) gpu_->set_block_ops(true);  // the default, for the tests that follow
+  }
+  std::vector<float> bits(const Tensor& t) { return gpu_->download(t); }
+};
+
+// Outputs of several widths, all of x's columns or fewer, 2-4 parts, T = 1 and a prompt's rows.
+TEST_F(BlockOps, SplitColsEqualsTakeCols) {
+  const std::vector<std::vector<int64_t>> cuts = {{128, 128, 256}, {512, 128}, {16, 16, 32, 32}, {64, 100}};
+  for (int64_t R : {1, 7, 300}) {
+    for (const auto& widths : cuts) {
+      int64_t C = 0;
+      for (int64_t w : widths) C += w;
+      C += widths.size() == 2 ? 13 : 0;  // columns past the last part stay unread
+      const auto x = randn(static_cast<size_t>(R * C));
+      Tensor xg = gpu_->upload(x, {R, C}), xc = cpu_->upload(x, {R, C});
+      std::vector<Tensor> fused, separate, ref;
+      for (int64_t w : widths) {
+        fused.push_back(gpu_->alloc({R, w}));
+        separate.push_back(gpu_->alloc({R, w}));
+        ref.push_back(cpu_->alloc({R, w}));
+      }
+      std::vector<Tensor*> pf, ps, pc;
+      for (size_t i = 0; i < widths.size(); ++i) {
+        pf.push_back(&fused[i]);
+        ps.push_back(&separate[i]);
+        pc.push_back(&ref[i]);
+      }
+      gpu_->set_block_ops(true);
+      gpu_->split_cols(pf, xg);
+      gpu_->set_block_ops(false);
+      gpu_->split_cols(ps, xg);
+      cpu_->split_cols(pc, xc);
+      for (size_t i = 0; i < widths.size(); ++i) {
+        const std::string what = "R=" + std::to_string(R) + " part " + std::to_string(i);
+        expect_close(bits(fused[i]), bits(separate[i]), 0, 0, what + " fused vs take_cols");
+        expect_close(bits(fused[i]), cpu_->download(ref[i]), 0, 0, what + " vs cpu");
+      }
+    }
+  }
+  // Parts wider than x are refused by name.
+  Tensor x = gpu_->alloc({2, 10}), a = gpu_->alloc({2, 6}), b = gpu_->alloc({2, 6});
+  Tensor* const bad[] = {&a, &b};
+  EXPECT_THROW(gpu_->split_cols(bad, x), Error);
+}
+
+// The stream write and the next read's norm: per-stream (n·D) and shared (D) weights, the norm kinds the
+// models use, real (D 2560) and fixture (D 64) widths, T = 1, 3 and a prompt's 40 rows.
+TEST_F(BlockOps, InjectNormEqualsInjectThenNorm) {
+  const int n = 4;
+  for (int64_t D : {2560, 64}) {
+    for (int64_t T : {1, 3, 40}) {
+      for (bool per_stream : {true, false}) {
+        for (NormKind kind : {NormKind::OnePlus, NormKind::Plain}) {
+          const auto X0 = randn(static_cast<size_t>(T * n * D), 2.0f);
+          const auto y = randn(static_cast<size_t>(T * D));
+          const auto inj = randn(static_cast<size_t>(T * n));
+          const int64_t wn = per_stream ? n * D : D;
+          const auto wv = randn(static_cast<size_t>(wn), 0.1f);
+          Weight wg = gpu_->upload_weight("norm", wv, {wn}), wc = cpu_->upload_weight("norm", wv, {wn});
+          const std::string what = "D=" + std::to_string(D) + " T=" + std::to_string(T) +
+                                   (per_stream ? " per-stream" : " shared") +
+                                   (kind == NormKind::OnePlus ? " 1+w" : " w");
+          std::vector<std::vector<float>> outX, outN;
+          for (bool fused : {true, false}) {
+            gpu_->set_block_ops(fused);
+            Tensor X = gpu_->upload(X0, {T, n * D}), xn = gpu_->alloc({T, n * D});
+            gpu_->hc_inject_norm(X, gpu_->upload(y, {T, D}), gpu_->upload(inj, {T, n}), xn, &wg, 1e-6f, kind,
+                                 D);
+            outX.push_back(bits(X));
+            outN.push_back(bits(xn));
+          }
+          expect_close(outX[0], outX[1], 0, 0, what + " X");
+          expect_close(outN[0], outN[1], 0, 0, what + " xn");
+          Tensor Xc = cpu_->upload(X0, {T, n * D}), xc = cpu_->alloc({T, n * D});
+          cpu_->hc_inject_norm(Xc, cpu_->upload(y, {T, D}), cpu_->upload(inj, {T, n}), xc, &wc, 1e-6f, kind,
+                               D);
+          expect_close(outX[0], cpu_->download(Xc), 1e-6, 1e-7, what + " X vs cpu");
+          expect_close(outN[0], cpu_->download(xc), 1e-5, 1e-6, what + " xn vs cpu");
+        }
+      }
+    }
+  }
+}
+
+// out += s ⊙ e(x·Wᵀ) in the GEMV's store against the product, scale_rows and add: BF16 and NVFP4 weights
+// (the shared expert's down projection in both layouts), row scale with and without accumulation and
+// accumulation alone, decode rows T = 1, 2, 5, 8 and a prompt's 12 rows (the default composition both ways).
+TEST_F(BlockOps, RowScaledAccumulatingProductEqualsSeparateOps) {
+  const int64_t n = 2560, k = 640;
+  for (FormatId f : {FormatId::BF16, FormatId::NVFP4}) {
+    auto stored = make_stored(f, n, k, rng_);
+    Weight w = gpu_->upload_stored("w", {n, k}, stored->wb);
+    for (int64_t T : {1, 2, 5, 8, 12}) {
+      const auto x = randn(static_cast<size_t>(T * k), 0.5f);
+      const auto y0 = randn(static_cast<size_t>(T * n));
+      const auto s = randn(static_cast<size_t>(T));
+      Tensor xg = gpu_->upload(x, {T, k}), sg = gpu_->upload(s, {T, 1});
+      struct Case {
+        const char* name;
+        Backend::Epilogue e;
+      };
+      const Case cases[] = {{"scale+accumulate", {.row_scale = &sg, .accumulate = true}},
+                            {"scale", {.act = Act::Silu, .row_scale = &sg}},
+                            {"accumulate", {.pre = 0.5f, .accumulate = true}}};
+      for (const Case& c : cases) {
+        std::vector<std::vector<float>> out;
+        for (bool fused : {true, false}) {
+          gpu_->set_block_ops(fused);
+          Tensor y = gpu_->upload(y0, {T, n});
+          gpu_->matmul_epilogue(y, xg, w, c.e);
+          out.push_back(bits(y));
+        }
+        expect_close(out[0], out[1], 0, 0,
+                     std::string(format_name(f)) + " T=" + std::to_string(T) + " " + c.name);
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace bloomery::gputest
