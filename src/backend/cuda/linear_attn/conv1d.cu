@@ -50,6 +50,32 @@ __global__ void conv1d_state_k(const float* __restrict__ x, float* __restrict__ 
   for (int64_t e = 0; e < P; ++e) S[e] = T + e < P ? S[T + e] : x[(T + e - P) * C + c];
 }
 
+// A decode call (one run of tokens, a short state): the conv and the state update in one launch, each thread
+// keeping its channel's old state while it writes the new one (conv1d_k's sums, so the same bits).
+constexpr int kStepMaxP = 16;
+__global__ void conv1d_step_k(float* __restrict__ out, const float* __restrict__ x,
+                              const float* __restrict__ w, float* __restrict__ state, int64_t T, int64_t C,
+                              int64_t K, int dil, int act) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const int64_t c = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
+  if (c >= C) return;
+  const int64_t P = (K - 1) * dil;
+  float* S = state + c * P;
+  const float* wc = w + c * K;
+  float old[kStepMaxP];
+  for (int64_t e = 0; e < P; ++e) old[e] = S[e];
+  for (int64_t t = 0; t < T; ++t) {
+    float acc = 0.0f;
+    for (int64_t j = 0; j < K; ++j) {
+      const int64_t e = P + t - (K - 1 - j) * dil;
+      acc += wc[j] * (e < P ? old[e] : x[(e - P) * C + c]);
+    }
+    out[t * C + c] = act_apply(act, acc);
+  }
+  for (int64_t e = 0; e < P; ++e) S[e] = T + e < P ? old[T + e] : x[(T + e - P) * C + c];
+}
+
 __global__ void gdn_gates_k(float* g, float* beta, const float* a, const float* b, const float* A_log,
                             const float* dt_bias, int64_t T, int64_t Hv) {
   pdl_wait();
@@ -70,10 +96,15 @@ void causal_conv1d(float* out, const float* x, const float* w, float* state, int
   const std::string what =
       "causal_conv1d x[" + std::to_string(T) + ", " + std::to_string(C) + "] K " + std::to_string(K);
   const int64_t runs = (T + kConvRun - 1) / kConvRun;
+  const int64_t P = (K - 1) * dilation;
+  if (runs == 1 && P > 0 && P <= kStepMaxP) {
+    pdl_launch(conv1d_step_k, grid_for(C, 128), 128, 0, s, out, x, w, state, T, C, K, dilation, act);
+    BLOOMERY_CUDA_CHECK_LAUNCH(what + " step");
+    return;
+  }
   const dim3 grid(grid_for(C, 128), static_cast<unsigned>(runs < 65535 ? runs : 65535));
   pdl_launch(conv1d_k, grid, 128, 0, s, out, x, w, state, T, C, K, dilation, act);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
-  const int64_t P = (K - 1) * dilation;
   if (P == 0) return;
   pdl_launch(conv1d_state_k, grid_for(C, 128), 128, 0, s, x, state, T, C, P);
   BLOOMERY_CUDA_CHECK_LAUNCH(what + " state");

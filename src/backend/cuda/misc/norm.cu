@@ -67,7 +67,10 @@ __global__ void layer_norm_k(float* out, const float* x, const float* w, const f
 
 }  // namespace
 
+// A decode step normalises few groups (T × streams), so a group's block is the whole kernel: groups of 1,024
+// or more take 1,024 threads (a few values each) instead of walking 2,560 values ten deep (latency-bound).
 int rms_norm_threads(int64_t group) {
+  if (group >= 4 * kThreads) return 1024;
   return group >= kThreads ? kThreads : (group >= 128 ? 128 : (group > 32 ? 64 : 32));
 }
 
