@@ -61,8 +61,13 @@ __global__ void hc_inject_norm_k(float* X, const float* y, const float* inj, flo
     ss += v * v;
   }
   ss = block_reduce_sum(ss, red);
+  const float s = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
   const float* wg = w ? (w_per_group ? w + (g % n) * D : w) : nullptr;
-  rms_norm_write(xn + g * D, xg, wg, ss, D, eps, kind);
+  float* out = xn + g * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float v = xg[i] * s;
+    out[i] = kind == 0 ? wg[i] * v : (kind == 1 ? v * (1.0f + wg[i]) : v);
+  }
 }
 
 // One block per (t, s): the dot over D, then the gate times v.

@@ -54,17 +54,6 @@ __device__ __forceinline__ float block_reduce_sum(float v, float* red) {
   return red[32];
 }
 
-// The write of one RMSNorm group whose block-wide sum of squares is ss (rms_norm_k and the fused stream write
-// + norm share it, so their bits agree): out[i] = w·x̂, (1 + w)·x̂ or x̂ for kind 0 / 1 / 2.
-__device__ __forceinline__ void rms_norm_write(float* out, const float* x, const float* wg, float ss,
-                                               int64_t group, float eps, int kind) {
-  const float s = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
-    const float v = x[i] * s;
-    out[i] = kind == 0 ? wg[i] * v : (kind == 1 ? v * (1.0f + wg[i]) : v);
-  }
-}
-
 __device__ __forceinline__ float block_reduce_max(float v, float* red) {
   const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5, nw = blockDim.x >> 5;
   v = warp_reduce_max(v);

@@ -22,8 +22,13 @@ __global__ void rms_norm_k(float* out, const float* x, const float* w, float eps
   float ss = 0.0f;
   for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += xg[i] * xg[i];
   ss = block_reduce_sum(ss, red);
+  const float s = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
   const float* wg = w ? (w_per_group ? w + (g % groups_per_row) * group : w) : nullptr;
-  rms_norm_write(out + g * group, xg, wg, ss, group, eps, kind);
+  float* yg = out + g * group;
+  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
+    const float v = xg[i] * s;
+    yg[i] = kind == 0 ? wg[i] * v : (kind == 1 ? v * (1.0f + wg[i]) : v);
+  }
 }
 
 __global__ void rms_norm_gated_k(float* out, const float* x, const float* z, const float* w, float eps,
