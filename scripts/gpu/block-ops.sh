@@ -15,7 +15,6 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
-pack() { (cd $out && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
 gpu_suite gpu-tests.txt '' 240
 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
 echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -3

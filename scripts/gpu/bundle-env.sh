@@ -22,3 +22,6 @@ gpu_suite() {
   timeout "${3:-200}" $B/bin/test_gpu --gtest_brief=1 --gtest_filter="$filter" > "$log" 2>&1
   echo "gpu tests rc=$?"; grep -E "FAILED|PASSED|tests ran|Failure|SKIPPED" "$log" | head -30
 }
+# $out packed into $out/all.tgz (a call returns at most 8 files): scripts call it after every step, so a call
+# cut off returns what ran.
+pack() { (cd "$out" && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }

@@ -9,7 +9,6 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
 # Packed after every step, so that a call cut off by its time limit still returns what ran (one file).
-pack() { (cd $out && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
 gpu_suite gpu-tests.txt '' 220
 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
 echo "golden rc=$?"; grep -E "PASSED|FAILED|tests ran" $out/golden.txt | head

