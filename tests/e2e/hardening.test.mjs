@@ -278,7 +278,10 @@ test('past --http-max-connections a new connection gets 503 at once', async () =
     }
     assert.match(got, /^HTTP\/1\.1 503/, `${socks.filter((s) => s.closedAt).length} of the 20 held connections were closed`);
     assert.match(got, /"type":"unavailable_error"/);
-    assert.ok(took < 1000, `503 took ${took} ms`);
+    // "At once" means without waiting for a held connection to end (they are held past the header deadline,
+    // 10 s): a loaded 2-core CI machine has taken just over 1 s to start the refusing thread, so the bound
+    // leaves room for that and stays far below what a queued connection would take.
+    assert.ok(took < 2500, `503 took ${took} ms`);
     for (const s of socks) s.destroy();
     await waitFor(async () => (await fetch(`${server.url}/health`).catch(() => ({ status: 0 }))).status === 200, 5000, 'served again');
   } finally {
