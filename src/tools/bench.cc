@@ -44,11 +44,16 @@ double since(Clock::time_point t0) {
 }
 
 // The --ab knobs and the row suffix of each one's candidate (run_bench switches them on a CUDA backend).
-const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},         {"eager-zero", "lazy-zero"},
-                                                       {"epilogue", "fused"},     {"gemm-lib", "cublaslt"},
-                                                       {"moe", "moe2"},           {"pdl", "pdl"},
-                                                       {"gemv-x", "x-once"},      {"gemv-group", "grouped"},
-                                                       {"block-ops", "block-ops"}};
+const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
+                                                       {"eager-zero", "lazy-zero"},
+                                                       {"epilogue", "fused"},
+                                                       {"gemm-lib", "cublaslt"},
+                                                       {"moe", "moe2"},
+                                                       {"pdl", "pdl"},
+                                                       {"gemv-x", "x-once"},
+                                                       {"gemv-group", "grouped"},
+                                                       {"block-ops", "block-ops"},
+                                                       {"router", "warp-router"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -200,9 +205,9 @@ int run_bench(int argc, char** argv) {
          "launch each (BLOOMERY_CUDA_GEMV_GROUP=0) "
          "against one launch per weight width (the default), rows 'tgN' and 'tgN+grouped'; 'block-ops' the "
          "block ops as separate kernels (BLOOMERY_CUDA_BLOCK_OPS=0) against fused (split_cols, "
-         "hc_inject_norm, row-scaled accumulating products), rows 'tgN' and 'tgN+block-ops'. pp "
-         "rows "
-         "alternate too")
+         "hc_inject_norm, row-scaled accumulating products), rows 'tgN' and 'tgN+block-ops'; 'router' the "
+         "router's block per token (BLOOMERY_CUDA_ROUTER_WARP=0) against a warp per token, rows 'tgN' and "
+         "'tgN+warp-router'. pp rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -384,6 +389,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_pdl(candidate); };
       else if (ab_knob == "epilogue")
         hooks.set_ab = [cb](bool candidate) { cb->set_fuse_epilogues(candidate); };
+      else if (ab_knob == "router")
+        hooks.set_ab = [](bool candidate) { cuda::set_router_warp(candidate); };
       else
         hooks.set_ab = [](bool candidate) { cuda::set_gemm_library(candidate); };
     }

@@ -73,15 +73,23 @@ TEST_F(CudaLinear, StoredFormatsAtModelShapes) {
       {FormatId::FP8_BLOCK, 640, 2560, "FP8 block 128x128 [640, 2560]"},
       {FormatId::FP8_BLOCK, 300, 2600, "FP8 block partial tiles [300, 2600] (element path)"},
       {FormatId::BF16, 2560, 2560, "BF16 [2560, 2560]"},
+      // Short rows: the HC up product and shorter.
+      {FormatId::BF16, 10240, 320, "BF16 HC up [10240, 320]"},
+      {FormatId::BF16, 1000, 256, "BF16 [1000, 256]"},
+      {FormatId::MXFP8, 10240, 320, "MXFP8 HC up [10240, 320]"},
+      {FormatId::FP8_BLOCK, 300, 512, "FP8 block [300, 512]"},
+      {FormatId::NVFP4, 700, 320, "NVFP4 [700, 320]"},
   };
   for (const Case& cs : cases) {
     auto s = make_stored(cs.f, cs.n, cs.k, rng_);
     Weight wc = cpu_->upload_weight(cs.what, s->decoded, {cs.n, cs.k});
     Weight wg = gpu_->upload_stored(cs.what, {cs.n, cs.k}, s->wb);
-    for (int64_t T : {1, 3, 8, 20, 70}) check_matmul(wc, wg, s->decoded, T, 0, cs.n, cs.what);
-    check_matmul(wc, wg, s->decoded, 2, 128, cs.n - 200, std::string(cs.what) + " rows 128+");
-    check_matmul(wc, wg, s->decoded, 45, 128, cs.n - 200, std::string(cs.what) + " rows 128+");
-    check_matmul(wc, wg, s->decoded, 5, 128, cs.n - 203, std::string(cs.what) + " rows 128+ (odd count)");
+    const std::string what = cs.what;
+    for (int64_t T : {1, 2, 3, 8, 20, 70}) check_matmul(wc, wg, s->decoded, T, 0, cs.n, what);
+    check_matmul(wc, wg, s->decoded, 2, 128, cs.n - 200, what + " rows 128+");
+    check_matmul(wc, wg, s->decoded, 45, 128, cs.n - 200, what + " rows 128+");
+    check_matmul(wc, wg, s->decoded, 1, 128, cs.n - 203, what + " rows 128+ (odd count)");
+    check_matmul(wc, wg, s->decoded, 5, 128, cs.n - 203, what + " rows 128+ (odd count)");
   }
 }
 

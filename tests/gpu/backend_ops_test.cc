@@ -109,58 +109,79 @@ TEST_F(CudaOps, RopePartialAndInterleaved) {
   }
 }
 
+// The decode and prompt kernels against the CPU: qwen4_exp's heads (24 over 2, d 256) at short, long and
+// masked contexts (query 0 of a masked case sees nothing: zeros), and other head layouts (d 128, one query
+// head per KV head, 16 per KV head, dv < d).
 TEST_F(CudaOps, AttentionDecodeAndPrompt) {
-  const int64_t Hq = 24, Hkv = 2, d = 256;
   struct Case {
     int64_t T, S;
     bool mask;
+    int64_t Hq = 24, Hkv = 2, d = 256, dv = 256;
   };
-  for (const Case& cs : {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true},
-                         Case{2, 3000, true}, Case{3, 40000, false}}) {
+  for (const Case& cs :
+       {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true},
+        Case{2, 3000, true}, Case{3, 40000, false}, Case{1, 2000, true, 16, 16, 128, 128},
+        Case{4, 999, false, 32, 2, 128, 128}, Case{1, 130, false, 8, 1, 256, 128}, Case{1, 5, false}}) {
+    const int64_t Hq = cs.Hq, Hkv = cs.Hkv, d = cs.d, dv = cs.dv;
     auto [qc, qg] = both(randn(cs.T * Hq * d), {cs.T, Hq, d});
     auto [kc, kg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
-    auto [vc, vg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
+    auto [vc, vg] = both(randn(cs.S * Hkv * dv), {cs.S, Hkv, dv});
     std::vector<float> allowed(cs.T * cs.S, 1.0f);
     if (cs.mask) {
       for (auto& a : allowed) a = (rng_() % 3) ? 1.0f : 0.0f;
       for (int64_t j = 0; j < cs.S; ++j) allowed[j] = 0.0f;  // query 0 sees nothing: zeros
     }
     auto [ac, ag] = both(allowed, {cs.T, cs.S});
-    Tensor oc = cpu_->alloc({cs.T, Hq, d}), og = gpu_->alloc({cs.T, Hq, d});
+    Tensor oc = cpu_->alloc({cs.T, Hq, dv}), og = gpu_->alloc({cs.T, Hq, dv});
     const int64_t q0 = cs.S - cs.T;
     cpu_->attention(oc, qc, kc, vc, q0, 0.0625f, cs.mask ? &ac : nullptr);
     gpu_->attention(og, qg, kg, vg, q0, 0.0625f, cs.mask ? &ag : nullptr);
     const auto g = gpu_->download(og), c = cpu_->download(oc);
     const double r = max_rel(g, c);
-    EXPECT_LE(r, 1e-4) << "attention T=" << cs.T << " S=" << cs.S;
+    const std::string what = "T=" + std::to_string(cs.T) + " S=" + std::to_string(cs.S) +
+                             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                             " d=" + std::to_string(d) + " dv=" + std::to_string(dv);
+    EXPECT_LE(r, 1e-4) << what;
     if (cs.mask) {
-      for (int64_t e = 0; e < Hq * d; ++e) ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros";
+      for (int64_t e = 0; e < Hq * dv; ++e)
+        ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros, " << what;
     }
-    std::printf("[attention] T=%lld S=%lld mask=%d: max|gpu-cpu|/max|cpu| = %.2e\n",
-                static_cast<long long>(cs.T), static_cast<long long>(cs.S), cs.mask, r);
+    std::printf("[attention] %s mask=%d: max|gpu-cpu|/max|cpu| = %.2e\n", what.c_str(), cs.mask, r);
   }
 }
 
+// Both router kernels (a warp per token for E <= 1024 and k <= 32, a block per token otherwise) against the
+// CPU: expert counts that fill a warp's registers partly, wholly and not at all (E 96, 512, 1024, 1500), k up
+// to the warp kernel's limit and past it, a token count that leaves the last block partly idle.
 TEST_F(CudaOps, RouterSoftmaxTopK) {
-  const int64_t T = 64, E = 512;
-  for (bool renorm : {true, false}) {
-    auto [lc, lg] = both(randn(T * E, 2.0f), {T, E});
-    RouterSpec r{.top_k = 10, .renormalize = renorm};
-    Tensor ic = cpu_->alloc({T, 10}, ElemType::I32), ig = gpu_->alloc({T, 10}, ElemType::I32);
-    Tensor wc = cpu_->alloc({T, 10}), wg = gpu_->alloc({T, 10});
-    cpu_->route_softmax_topk(ic, wc, lc, r), gpu_->route_softmax_topk(ig, wg, lg, r);
-    EXPECT_EQ(gpu_->download(ig), cpu_->download(ic)) << "expert ids";
-    check(wg, wc, 1e-5, 1e-7, "router weights");
+  const int64_t T = 37;
+  for (bool warp : {true, false}) {
+    cuda::set_router_warp(warp);
+    for (auto [E, k] : {std::pair<int64_t, int64_t>{512, 10}, {96, 8}, {1024, 32}, {1500, 40}, {512, 1}}) {
+      for (bool renorm : {true, false}) {
+        auto [lc, lg] = both(randn(T * E, 2.0f), {T, E});
+        RouterSpec r{.top_k = static_cast<int>(k), .renormalize = renorm};
+        Tensor ic = cpu_->alloc({T, k}, ElemType::I32), ig = gpu_->alloc({T, k}, ElemType::I32);
+        Tensor wc = cpu_->alloc({T, k}), wg = gpu_->alloc({T, k});
+        cpu_->route_softmax_topk(ic, wc, lc, r), gpu_->route_softmax_topk(ig, wg, lg, r);
+        const std::string what = std::string(warp ? "warp" : "block") + " E " + std::to_string(E) + " k " +
+                                 std::to_string(k) + (renorm ? " renormalized" : "");
+        EXPECT_EQ(gpu_->download(ig), cpu_->download(ic)) << "expert ids, " << what;
+        check(wg, wc, 1e-5, 1e-7, "router weights, " + what);
+      }
+    }
+    // Ties go to the lower expert index, as the CPU's stable sort.
+    const int64_t E = 512;
+    std::vector<float> tied(E, 0.0f);
+    tied[300] = tied[7] = tied[100] = 5.0f;
+    auto [lc, lg] = both(tied, {1, E});
+    Tensor ic = cpu_->alloc({1, 3}, ElemType::I32), ig = gpu_->alloc({1, 3}, ElemType::I32);
+    Tensor wc = cpu_->alloc({1, 3}), wg = gpu_->alloc({1, 3});
+    cpu_->route_softmax_topk(ic, wc, lc, {.top_k = 3}), gpu_->route_softmax_topk(ig, wg, lg, {.top_k = 3});
+    EXPECT_EQ(gpu_->download(ig), (std::vector<float>{7, 100, 300})) << (warp ? "warp" : "block");
+    EXPECT_EQ(gpu_->download(ig), cpu_->download(ic));
   }
-  // Ties go to the lower expert index, as the CPU's stable sort.
-  std::vector<float> tied(E, 0.0f);
-  tied[300] = tied[7] = tied[100] = 5.0f;
-  auto [lc, lg] = both(tied, {1, E});
-  Tensor ic = cpu_->alloc({1, 3}, ElemType::I32), ig = gpu_->alloc({1, 3}, ElemType::I32);
-  Tensor wc = cpu_->alloc({1, 3}), wg = gpu_->alloc({1, 3});
-  cpu_->route_softmax_topk(ic, wc, lc, {.top_k = 3}), gpu_->route_softmax_topk(ig, wg, lg, {.top_k = 3});
-  EXPECT_EQ(gpu_->download(ig), (std::vector<float>{7, 100, 300}));
-  EXPECT_EQ(gpu_->download(ig), cpu_->download(ic));
+  cuda::set_router_warp(true);
 }
 
 TEST_F(CudaOps, CausalConv1dWithState) {

@@ -122,6 +122,10 @@ int attention_part_floats(int64_t T, int64_t Hq, int64_t dv);
 // BLOOMERY_CUDA_MOE_DECODE=1|2 picks it at start, set_moe_decode_variant between steps for A/B runs).
 int moe_decode_variant();
 void set_moe_decode_variant(int v);
+// Softmax top-k routing: one warp per token with the logits in registers when E <= 1024 and k <= 32 (on
+// unless BLOOMERY_CUDA_ROUTER_WARP=0, set_router_warp between steps for A/B runs), else one block per token.
+bool router_warp();
+void set_router_warp(bool on);
 void route_softmax_topk(int32_t* ids, float* weights, const float* logits, int64_t T, int64_t E, int k,
                         bool renormalize, cudaStream_t s);
 // xs[i, :] = x[rows[i], :] (rows on the card)
