@@ -63,29 +63,19 @@ __device__ __forceinline__ float weight_element(const DeviceWeight& w, uint64_t 
 }
 
 // Table-free decoding of E2M1 and E4M3 inside units (GEMV, routed-expert decode): an element's bits are moved
-// straight into a float whose exponent is off by a power of two, and one exact multiply by that power
-// restores the value (E4M3 byte b: f32 bits (b&0x80)<<24 | (b&0x7F)<<20, times 2^120; E2M1 code c: bf16 bits
-// (c&8)<<12 | (c&7)<<6, times 2^126, two codes per bf16x2 multiply; the small codes become subnormals, which
-// the multiply scales exactly). Bit-identical to e2m1_to_f32 / e4m3_to_f32, whose E2M1 table lands in local
-// memory (measured on H200: an NVFP4 decode read 67 GB/s with it). Exactness needs IEEE subnormals: no
-// --use_fast_math / -ftz=true.
+// straight into an f32 whose exponent is off by a power of two, and one exact multiply by that power restores
+// the value (E2M1 code c: bits (c&8)<<28 | (c&7)<<22, times 2^126; E4M3 byte b: (b&0x80)<<24 | (b&0x7F)<<20,
+// times 2^120; the small codes become f32 subnormals, which the multiply scales exactly). Bit-identical to
+// e2m1_to_f32 / e4m3_to_f32, whose E2M1 table lands in local memory (measured on H200: an NVFP4 decode read
+// 67 GB/s with it). Exactness needs IEEE subnormals: no --use_fast_math / -ftz=true.
 #if defined(__USE_FAST_MATH__)
 #error "weight_access.cuh needs IEEE subnormals (no --use_fast_math / -ftz=true)"
 #endif
 
-// Nibbles i and i + 4 (i = 0..3) of `word` as f32, exactly e2m1_to_f32: the two nibbles sit 16 bits apart, as
-// the halves of a bf16x2 do, so one shift moves both codes' exponent and mantissa bits to bits 6-8 of their
-// half and another their signs to bit 15; one bf16x2 multiply by 2^126 (exact, subnormal operands included:
-// bf16 arithmetic has no flush-to-zero) gives the two bf16 codes, whose f32 is a shift or a mask. About four
-// instructions per element fewer than decoding each nibble into an f32 and multiplying that.
-__device__ __forceinline__ void e2m1_nibble_pair(uint32_t word, int i, float& lo, float& hi) {
-  const uint32_t mag = (i < 2 ? word << (6 - 4 * i) : word >> (4 * i - 6)) & 0x01C001C0u;
-  const uint32_t sign = (word << (12 - 4 * i)) & 0x80008000u;
-  uint32_t codes;
-  // a · 2^126 + (−0): the product, exactly (−0 keeps a −0 product's sign).
-  asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(codes) : "r"(mag | sign), "r"(0x7E807E80u), "r"(0x80008000u));
-  lo = __uint_as_float(codes << 16);
-  hi = __uint_as_float(codes & 0xFFFF0000u);
+// Nibble i (0..7) of `word` as f32, exactly e2m1_to_f32.
+__device__ __forceinline__ float e2m1_nibble(uint32_t word, int i) {
+  const uint32_t c = word >> (4 * i);
+  return __fmul_rn(__uint_as_float(((c & 8u) << 28) | ((c & 7u) << 22)), 0x1p126f);
 }
 
 // Byte i (0..3) of `word` as f32, exactly e4m3_to_f32 (its one NaN code included).
@@ -200,9 +190,7 @@ __device__ __forceinline__ void unscaled_unit(const RawUnit<W>& r, bool f16, flo
   } else {
     const uint32_t words[2] = {r.q.x, r.q.y};
 #pragma unroll
-    for (int j = 0; j < 2; ++j)
-#pragma unroll
-      for (int i = 0; i < 4; ++i) e2m1_nibble_pair(words[j], i, v[8 * j + i], v[8 * j + i + 4]);
+    for (int i = 0; i < 16; ++i) v[i] = e2m1_nibble(words[i / 8], i % 8);
   }
 }
 
