@@ -215,6 +215,8 @@ Scheduler::~Scheduler() {
   thread_.join();
   for (auto& s : slots_)
     if (s->busy) finish(*s, StopReason::Cancelled);
+  for (auto& s : slots_)
+    if (s->state) engine_.release(std::move(s->state));  // kept by the prompt cache
   for (auto& p : queue_) {
     FinishInfo f;
     f.reason = StopReason::Cancelled;
@@ -260,8 +262,19 @@ std::vector<std::shared_ptr<Ticket>> Scheduler::submit_all(std::vector<GenReques
   return tickets;
 }
 
+// The prompt tokens a request may take from slot `s`'s kept state: all that state consumed, when they are the
+// start of the prompt and leave at least one token to read (the first sample needs a last row of logits);
+// else 0. A state with an uncommitted verify, or a shared prefill's member, takes nothing.
+int64_t Scheduler::reusable_prefix(const Slot& s, const GenRequest& r) {
+  if (!s.state || !r.cache_prompt || r.share || s.state->spec.active) return 0;
+  const std::vector<int32_t>& h = s.state->history;
+  if (h.empty() || static_cast<int64_t>(h.size()) != s.state->pos || h.size() >= r.prompt.size()) return 0;
+  return std::equal(h.begin(), h.end(), r.prompt.begin()) ? static_cast<int64_t>(h.size()) : 0;
+}
+
 // Moves queued requests into idle slots: a request naming a slot waits for that slot; the others take the
-// least recently used idle slot, in arrival order.
+// idle slot whose kept state gives the longest prompt prefix (the prompt cache), else the least recently used
+// idle slot, in arrival order.
 bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled) {
   bool any = false;
   for (auto it = queue_.begin(); it != queue_.end();) {
@@ -276,20 +289,25 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
       Slot* s = slots_[it->request.id_slot].get();
       if (!s->busy) target = s;
     } else {
-      for (auto& s : slots_)
-        if (!s->busy && (!target || s->lru < target->lru)) target = s.get();
+      int64_t best = 0;
+      for (auto& s : slots_) {
+        if (s->busy) continue;
+        const int64_t n = config_.cache_prompt ? reusable_prefix(*s, it->request) : 0;
+        if (!target || n > best || (n == best && s->lru < target->lru)) target = s.get(), best = n;
+      }
     }
     if (!target) {
       ++it;
       continue;
     }
     Slot& s = *target;
+    const int64_t cached = config_.cache_prompt ? reusable_prefix(s, it->request) : 0;
+    // A kept state that this request cannot resume from goes back now; step() gives the slot a fresh one.
+    if (cached == 0 && s.state) engine_.release(std::move(s.state));
     s.busy = true;
     s.req = std::move(it->request);
     s.ticket = std::move(it->ticket);
     s.id_task = it->id_task;
-    s.n_prompt_done = 0;
-    s.n_hinted = 0;
     s.n_decoded = 0;
     s.last = -1;
     s.drafts = DraftCounts{};
@@ -300,7 +318,7 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.t_start = Clock::now();
     s.prompt_ms = 0.0;
     s.lru = ++lru_clock_;
-    s.n_cached = 0;
+    s.n_prompt_done = s.n_hinted = s.n_cached = cached;
     s.parked = false;
     if (const auto& sh = s.req.share) {
       if (sh->leader < 0)
@@ -340,7 +358,10 @@ void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
   s.parked = false;
   auto cb = std::move(s.req.on_finish);
   s.busy = false;
-  engine_.release(std::move(s.state));  // the memory goes back now, not at the slot's next request
+  // With the prompt cache a state that ended cleanly stays with the slot for a later request that extends
+  // its history (reusable_prefix); any other goes back now, not at the slot's next request.
+  const bool keep = config_.cache_prompt && s.state && reason != StopReason::Error && !s.state->spec.active;
+  if (!keep) engine_.release(std::move(s.state));
   s.req = GenRequest{};
   s.ticket.reset();
   s.lru = ++lru_clock_;
@@ -626,7 +647,16 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
       // A draft matched at the stop token counts as not accepted: the round ends there like a correction.
       if (accepted) round.accepted[j] = 0;
       account();
-      finish(s, stop);  // the state goes with the slot: nothing to commit
+      // The rows fed for the tokens taken (the stop token itself is not fed) are kept when the prompt cache
+      // keeps the state; otherwise it goes with the slot and nothing needs committing.
+      if (it.speculative && config_.cache_prompt) {
+        try {
+          engine_.commit(*s.state, j + 1);
+        } catch (const std::exception&) {
+          engine_.release(std::move(s.state));  // the request still ends as it stopped; its state is not kept
+        }
+      }
+      finish(s, stop);
       return;
     }
     if (accepted) continue;

@@ -132,7 +132,7 @@ struct FinishInfo {
   double predicted_ms = 0.0;
   int64_t draft_n = 0;           // drafts verified for this request
   int64_t draft_n_accepted = 0;  // of which accepted
-  int64_t n_cached = 0;          // prompt tokens taken from another request's prefill (not evaluated)
+  int64_t n_cached = 0;  // prompt tokens not evaluated: taken from another request's prefill or a kept state
 };
 
 // Requests that carry the same PrefillShare have the same prompt (n > 1 choices of one prompt): the first one
@@ -150,7 +150,8 @@ struct GenRequest {
   SamplingParams sampling;
   std::vector<int32_t> eos_ids;
   bool ignore_eos = false;
-  int id_slot = -1;                     // ≥ 0: this slot only
+  int id_slot = -1;          // ≥ 0: this slot only
+  bool cache_prompt = true;  // may start from an idle slot's kept state (SchedulerConfig::cache_prompt)
   std::shared_ptr<PrefillShare> share;  // n > 1 choices of one prompt: one prefill for all (PrefillShare)
   // Scheduler thread, before each sampling: may lower logits (a grammar's mask sets the tokens it rejects to
   // -inf). Empty: no constraint.
@@ -220,6 +221,12 @@ struct SchedulerConfig {
   int64_t n_batch = 2048;     // most prompt tokens per step, over all slots
   int64_t n_ubatch = 512;     // most prompt tokens of one sequence per step
   SpecConfig spec;            // drafting (the engine must draft too: StepEngine::drafting)
+  // Prompt cache (llama-server's --cache-prompt): a finished request's slot keeps its state, and a later
+  // request whose prompt starts with every token that state consumed (a multi-turn chat: the last prompt and
+  // the answer) resumes from it and reads only the rest. Recurrent and conv states cannot be cut back, so
+  // only a state's whole history counts as a prefix. The kept state is a slot's own, which the memory plan
+  // already holds for every slot: no memory beyond it.
+  bool cache_prompt = true;
 };
 
 // Counters behind /metrics (llama-server's names) and /slots.
@@ -280,6 +287,7 @@ class Scheduler {
   void finish(Slot& s, StopReason reason, std::string error = {});
   void step();
   void hint(Slot& s, int64_t take);
+  static int64_t reusable_prefix(const Slot& s, const GenRequest& r);
   int draft_width(Slot& s) const;
   int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);

@@ -90,7 +90,8 @@ ojson llama_probs(const std::vector<TokenLogprob>& lps) {
 ojson timings(const FinishInfo& f) {
   auto per = [](double ms, int64_t n) { return n > 0 ? ms / static_cast<double>(n) : 0.0; };
   auto rate = [](double ms, int64_t n) { return ms > 0 ? 1000.0 * static_cast<double>(n) / ms : 0.0; };
-  // llama-server's split: prompt_n evaluated here, cache_n taken from elsewhere (another choice's prefill).
+  // llama-server's split: prompt_n evaluated here, cache_n taken from elsewhere (a slot's kept state, or
+  // another choice's prefill).
   const int64_t evaluated = f.n_prompt - f.n_cached;
   return {{"cache_n", f.n_cached},
           {"prompt_n", evaluated},
@@ -227,10 +228,10 @@ FinishInfo total_of(const std::vector<std::shared_ptr<Generation>>& gens, int n_
   t.n_predicted = 0;
   t.prompt_ms = 0;
   t.predicted_ms = 0;
-  t.n_cached = 0;  // each prompt counted once, as read once
+  t.n_cached = 0;  // each prompt counted once: what its first choice took from the prompt cache
   for (size_t i = 0; i < gens.size(); ++i) {
     const FinishInfo& f = gens[i]->finish();
-    if (i % static_cast<size_t>(n_per_prompt) == 0) t.n_prompt += f.n_prompt;
+    if (i % static_cast<size_t>(n_per_prompt) == 0) t.n_prompt += f.n_prompt, t.n_cached += f.n_cached;
     t.n_predicted += f.n_predicted;
     t.prompt_ms = std::max(t.prompt_ms, f.prompt_ms);
     t.predicted_ms = std::max(t.predicted_ms, f.predicted_ms);

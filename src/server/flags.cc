@@ -281,7 +281,12 @@ std::vector<Flag> compat_rows() {
   using S = FlagStatus;
   using O = ServerOptions;
   const std::string mem = "the memory plan on the start screen chooses context and slots";
-  const std::string noprompt = "there is no prompt cache yet: every request reads its whole prompt";
+  const std::string nosimilar =
+      "a slot is chosen by the longest prompt prefix its kept state consumed whole, else "
+      "least-recently-used: "
+      "recurrent state cannot resume from part of a history, so no similarity threshold applies";
+  const std::string nosnap =
+      "recurrent-state snapshots are not built yet: a prompt resumes only from a slot's whole kept state";
   const std::string log = "bloomery logs the start screen to stdout and errors to stderr at one level";
   return {
       // §1.1 model source and loading
@@ -328,14 +333,16 @@ std::vector<Flag> compat_rows() {
                  note_switch(true, "each slot owns n_ctx / n_parallel tokens (no shared pool yet)")),
       value_row({"--kv-unified-per-slot"}, "LLAMA_ARG_KV_UNIFIED_PER_SLOT", "N", "", S::Ignore,
                 "each slot owns n_ctx / n_parallel tokens", note("each slot owns n_ctx / n_parallel tokens")),
-      value_row({"-sps", "--slot-prompt-similarity"}, "", "F", "0.10", S::Ignore,
-                "slots are assigned least-recently-used: " + noprompt,
-                [noprompt](O& o, auto& f, auto& v) {
+      value_row({"-sps", "--slot-prompt-similarity"}, "", "F", "0.10", S::Ignore, nosimilar,
+                [nosimilar](O& o, auto& f, auto& v) {
                   to_num(f, v, 0.0, 1.0);
-                  note(noprompt)(o, f, v);
+                  note(nosimilar)(o, f, v);
                 }),
-      switch_row({"--cache-prompt"}, {"--no-cache-prompt"}, "LLAMA_ARG_CACHE_PROMPT", "on", S::Ignore,
-                 noprompt, [](O&, auto&, bool) {}),
+      switch_row(
+          {"--cache-prompt"}, {"--no-cache-prompt"}, "LLAMA_ARG_CACHE_PROMPT", "on", S::Impl,
+          "a finished request's slot keeps its state; a prompt that extends that state's whole history "
+          "resumes from it and reads only the rest",
+          [](O& o, auto&, bool on) { o.cache_prompt = on; }),
       value_row({"--cache-reuse"}, "LLAMA_ARG_CACHE_REUSE", "N", "0", S::Refuse,
                 "N > 0 refused: KV shifting is impossible with recurrent state",
                 [](O&, auto& f, auto& v) {
@@ -348,11 +355,9 @@ std::vector<Flag> compat_rows() {
       switch_row({"--cache-idle-slots"}, {"--no-cache-idle-slots"}, "LLAMA_ARG_CACHE_IDLE_SLOTS", "on",
                  S::Ignore, "idle slots keep their state in place", [](O&, auto&, bool) {}),
       value_row({"-ctxcp", "--ctx-checkpoints", "--swa-checkpoints"}, "LLAMA_ARG_CTX_CHECKPOINTS", "N", "32",
-                S::Ignore, "recurrent-state snapshots for prefix reuse are not built yet",
-                note("recurrent-state snapshots for prefix reuse are not built yet")),
+                S::Ignore, nosnap, note(nosnap)),
       value_row({"-cms", "--checkpoint-min-step"}, "LLAMA_ARG_CHECKPOINT_MIN_SPACING_NT", "N", "8192",
-                S::Ignore, "recurrent-state snapshots for prefix reuse are not built yet",
-                note("recurrent-state snapshots for prefix reuse are not built yet")),
+                S::Ignore, nosnap, note(nosnap)),
       switch_row({"-kvo", "--kv-offload"}, {}, "LLAMA_ARG_KV_OFFLOAD", "on", S::Map,
                  "the KV cache always lives on the engine's device", [](O&, auto&, bool) {}),
       switch_row({"--spm-infill"}, {}, "", "off", S::Ignore, "/infill is not served",

@@ -45,7 +45,8 @@ struct ServerOptions {
   int shutdown_timeout = 30;        // --shutdown-timeout: drain time on the first SIGTERM
   bool metrics = false;
   bool slots = true;
-  bool webui = true;  // accepted; bloomery serves no web UI either way
+  bool cache_prompt = true;  // --cache-prompt: a finished request's slot keeps its state for the next prompt
+  bool webui = true;         // accepted; bloomery serves no web UI either way
   std::string chat_template_file;
   std::string device = "auto";  // -dev: auto (CUDA when it can run the family, else CPU), none (CPU), cuda0
   std::string cache_type_k = "f16";

@@ -67,6 +67,7 @@ std::vector<std::shared_ptr<Generation>> Generation::start_all(Scheduler& schedu
     r.eos_ids = eos_ids;
     r.ignore_eos = spec.ignore_eos;
     r.id_slot = spec.id_slot;
+    r.cache_prompt = spec.cache_prompt;
     r.share = spec.share;
     // The callbacks hold the generation alive until the scheduler is done with it, whatever the HTTP side
     // does.

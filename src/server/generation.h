@@ -34,6 +34,7 @@ struct GenSpec {
   SamplingParams sampling;
   bool ignore_eos = false;
   int id_slot = -1;
+  bool cache_prompt = true;  // may resume from a slot's kept state (the prompt cache)
   std::vector<std::string> stop;
   bool logprobs = false;  // report each token's log-probability (and sampling.n_probs alternatives)
   bool split_reasoning = false;

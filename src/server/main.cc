@@ -136,6 +136,7 @@ int main(int argc, char** argv) {
   auto t0 = std::chrono::steady_clock::now();
   try {
     SchedulerConfig sc{plan.n_slots, plan.n_ctx_slot, opts.batch_size, opts.ubatch_size};
+    sc.cache_prompt = opts.cache_prompt;
     if (opts.spec_type != "none")
       sc.spec = {opts.spec_n_max, opts.spec_n_min, static_cast<float>(opts.spec_p_min),
                  opts.spec_type == "ngram-simple"};

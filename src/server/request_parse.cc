@@ -96,6 +96,7 @@ void parse_generation_fields(const ojson& b, const ServerOptions& o, Api api, Ge
   int64_t seed = integer(b, "seed", o.seed, INT64_MIN, INT64_MAX);
   p.seed = seed == -1 ? std::random_device{}() : static_cast<uint64_t>(seed);
   spec.id_slot = static_cast<int>(integer(b, "id_slot", -1, -1, 1 << 20));
+  spec.cache_prompt = boolean(b, "cache_prompt", true);
   for (const char* k : {"typical_p"}) neutral(b, k, 1.0);
   for (const char* k : {"mirostat", "dry_multiplier", "xtc_probability", "dynatemp_range"})
     neutral(b, k, 0.0);

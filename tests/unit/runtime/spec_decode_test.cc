@@ -91,6 +91,7 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
   // Greedy generation through the scheduler; k = 0: drafting off.
   struct Run {
     std::vector<int32_t> out;
+    std::vector<float> margins;  // each greedy token's lead over the runner-up
     FinishInfo fin;
     DraftCounts counts;
   };
@@ -105,22 +106,43 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
       o.hook = std::move(hook);
       engine.enable_drafting(o);
     }
+    Scheduler sched(engine, config(static_cast<int64_t>(prompt.size()) + n_predict + 8, k),
+                    sampler(temperature));
+    Run run = submit_wait(sched, prompt, n_predict, std::move(eos), temperature, seed);
+    run.counts = sched.stats().drafts;
+    return run;
+  }
+
+  static SchedulerConfig config(int64_t n_ctx_slot, int k) {
     SchedulerConfig cfg;
-    cfg.n_ctx_slot = static_cast<int64_t>(prompt.size()) + n_predict + 8;
+    cfg.n_ctx_slot = n_ctx_slot;
     cfg.n_ubatch = 16;  // a few prompt chunks, so the draft layer catches up over chunk borders
     cfg.spec.n_max = k;
     cfg.spec.adaptive = false;  // every round drafts k (the width is what these tests vary)
-    // Greedy, or the runtime sampler's draw (temperature, no cuts) from the slot's seeded generator.
-    SampleFn greedy = [temperature](std::span<const float> logits, const SamplingParams&,
-                                    std::span<const int32_t>, std::mt19937_64& rng) {
+    return cfg;
+  }
+
+  // Greedy (recording each token's margin), or the runtime sampler's draw (temperature, no cuts) from the
+  // slot's seeded generator.
+  SampleFn sampler(float temperature) {
+    return [this, temperature](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
+                               std::mt19937_64& rng) {
       SampledToken t;
       SampleScratch scratch;
       t.id = temperature > 0.0f
                  ? sample_filtered(logits, SamplerConfig{temperature, 0, 1.0f, 0.0f, 0}, rng, scratch)
                  : argmax(logits);
+      float second = -INFINITY;
+      for (size_t v = 0; v < logits.size(); ++v)
+        if (static_cast<int32_t>(v) != t.id) second = std::max(second, logits[v]);
+      last_margin_ = logits[static_cast<size_t>(t.id)] - second;
       return t;
     };
-    Scheduler sched(engine, cfg, greedy);
+  }
+
+  // One request through `sched`, waited for.
+  Run submit_wait(Scheduler& sched, const std::vector<int32_t>& prompt, int n_predict,
+                  std::vector<int32_t> eos, float temperature = 0.0f, uint64_t seed = 0) {
     Run run;
     std::promise<void> done;
     GenRequest req;
@@ -131,6 +153,7 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     req.eos_ids = std::move(eos);
     req.on_token = [&](const SampledToken& t) {
       run.out.push_back(t.id);
+      run.margins.push_back(last_margin_);
       return true;
     };
     req.on_finish = [&](const FinishInfo& f) {
@@ -139,9 +162,10 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     };
     sched.submit(std::move(req));
     done.get_future().wait();
-    run.counts = sched.stats().drafts;
     return run;
   }
+
+  float last_margin_ = 0.0f;  // the scheduler thread's last draw (read by on_token right after it)
 
   std::unique_ptr<Backend> be_;
   std::unique_ptr<LoadedModel> lm_;
@@ -368,6 +392,47 @@ TEST_P(SpecDecode, EosInsideAnAcceptedRunStopsThere) {
   EXPECT_EQ(on.fin.reason, StopReason::Eos);
   EXPECT_EQ(on.out, off.out);
   EXPECT_EQ(on.fin.n_predicted, off.fin.n_predicted);
+}
+
+// The prompt cache on a real state: a request that drafted to an EOS inside an accepted run (so its verify
+// was committed at the stop) leaves its slot's state for the next turn, which reads only its new tokens and
+// then answers as a fresh read of the whole prompt does, up to the first near-tie (a resumed state took the
+// answer tokens one step at a time, a fresh read takes them in prompt chunks: the recurrent layers' chunked
+// and step forms round differently).
+TEST_P(SpecDecode, PromptCacheResumesAfterADraftedStop) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 20, 21);
+  const Run ref = generate(prompt, 40, 0, {});
+  const int32_t eos = ref.out[17];
+  const int64_t P = static_cast<int64_t>(prompt.size());
+  ModelStepEngine engine(model(), be());
+  DraftOptions o;
+  o.n_max = 3;
+  o.hook = [&](int64_t pos, int, int32_t d) {  // every draft the true token: the EOS lands inside a run
+    const int64_t i = pos - P;
+    return i >= 0 && i < static_cast<int64_t>(ref.out.size()) ? ref.out[i] : d;
+  };
+  engine.enable_drafting(o);
+  Scheduler sched(engine, config(160, 3), sampler(0.0f));
+  const Run first = submit_wait(sched, prompt, 40, {eos});
+  ASSERT_EQ(first.fin.reason, StopReason::Eos);
+  ASSERT_GT(sched.stats().drafts.accepted_total(), 0u);
+  std::vector<int32_t> p2 = prompt;
+  p2.insert(p2.end(), first.out.begin(), first.out.end());
+  const auto more = tokens(V, 6, 99);
+  p2.insert(p2.end(), more.begin(), more.end());
+  const Run second = submit_wait(sched, p2, 24, {});
+  // Every answer token was fed (the EOS, which ends it, is neither fed nor in `out`).
+  EXPECT_EQ(second.fin.n_cached, P + static_cast<int64_t>(first.out.size()));
+  const Run fresh = generate(p2, 24, 0, {});
+  ASSERT_EQ(second.out.size(), fresh.out.size());
+  size_t same = 0;
+  while (same < fresh.out.size() && second.out[same] == fresh.out[same]) ++same;
+  if (same < fresh.out.size())
+    EXPECT_LT(std::min(fresh.margins[same], second.margins[same]), 1e-3f)
+        << "first difference at token " << same << " is not a near-tie";
+  std::printf("    %s: %zu of %zu tokens equal after resuming at %lld\n", GetParam().c_str(), same,
+              fresh.out.size(), static_cast<long long>(second.fin.n_cached));
 }
 
 // ngram-simple: drafts looked up in the sequence's own tokens (the greedy random fixtures fall into loops, so

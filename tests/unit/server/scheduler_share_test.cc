@@ -1,8 +1,11 @@
-// n > 1 choices of one prompt share its prefill (PrefillShare): over an engine whose logits depend on the
-// whole history (so a wrong fork shows) and that counts the prompt tokens it reads, n members cost one prompt
-// read and n - 1 state copies, and each member's tokens are exactly what it gives alone with its seed
-// (independent samples; greedy members are identical). Fewer slots than members, an engine that cannot copy,
-// and a leader cancelled while reading still give every member its own full answer.
+// Prompt reads the scheduler saves, over an engine whose logits depend on the whole history (so a wrong fork
+// or a wrong resume shows) and that counts the prompt tokens it reads:
+//  * n > 1 choices of one prompt share its prefill (PrefillShare): n members cost one prompt read and n - 1
+//    state copies, and each member's tokens are exactly what it gives alone with its seed (independent
+//    samples; greedy members are identical). Fewer slots than members, an engine that cannot copy, and a
+//    leader cancelled while reading still give every member its own full answer.
+//  * the prompt cache: a finished request's slot keeps its state, and a prompt that extends that state's
+//    whole history reads only the rest, with exactly the tokens it gives alone; anything else reads it all.
 #include <future>
 #include <set>
 #include <stdexcept>
@@ -26,6 +29,7 @@ class HistoryEngine : public StepEngine {
   std::unique_ptr<SequenceState> new_state(int64_t capacity) override {
     auto s = std::make_unique<HistState>();
     s->capacity = capacity;
+    decoding_.erase(s.get());  // a freed state's address may come back: it starts in its prompt again
     return s;
   }
   void forward(std::span<StepItem> items) override {
@@ -100,15 +104,38 @@ GenRequest request(const std::vector<int32_t>& prompt, uint64_t seed, double tem
 const std::vector<int32_t> kPrompt = {5, 9, 2, 33, 7, 1, 60, 12, 8, 3, 44, 21, 19};
 
 // The member alone: its own scheduler, no share.
-std::vector<int32_t> alone(uint64_t seed, double temperature) {
+std::vector<int32_t> alone(uint64_t seed, double temperature, const std::vector<int32_t>& prompt = kPrompt) {
   HistoryEngine e;
   Scheduler s(e, {1, 64, 16, 4}, server::sample_token);
   auto out = std::make_shared<Out>();
   auto done = std::make_shared<std::promise<void>>();
   auto f = done->get_future();
-  s.submit(request(kPrompt, seed, temperature, nullptr, out, done));
+  s.submit(request(prompt, seed, temperature, nullptr, out, done));
   f.wait();
   return out->tokens;
+}
+
+// One request through `s`, waited for.
+Out run_one(Scheduler& s, const std::vector<int32_t>& prompt, uint64_t seed, bool cache_prompt = true,
+            int id_slot = -1) {
+  auto out = std::make_shared<Out>();
+  auto done = std::make_shared<std::promise<void>>();
+  auto f = done->get_future();
+  GenRequest r = request(prompt, seed, 1.0, nullptr, out, done);
+  r.cache_prompt = cache_prompt;
+  r.id_slot = id_slot;
+  s.submit(std::move(r));
+  f.wait();
+  return *out;
+}
+
+// The next turn of a chat: the prompt, the answer, then new tokens.
+std::vector<int32_t> next_turn(const std::vector<int32_t>& prompt, const std::vector<int32_t>& answer,
+                               std::vector<int32_t> more) {
+  std::vector<int32_t> p = prompt;
+  p.insert(p.end(), answer.begin(), answer.end());
+  p.insert(p.end(), more.begin(), more.end());
+  return p;
 }
 
 struct Group {
@@ -218,4 +245,81 @@ TEST(PrefillShare, ALeaderCancelledWhileReadingHandsTheReadOn) {
   }
   // The new leader read it once more; the last member still took it from there.
   EXPECT_EQ(e.copies.load(), 1);
+}
+
+TEST(PromptCache, TheNextTurnReadsOnlyWhatFollowsTheKeptHistory) {
+  HistoryEngine e;
+  Scheduler s(e, {1, 64, 16, 4}, server::sample_token);
+  const Out first = run_one(s, kPrompt, 7);
+  ASSERT_EQ(first.finish.reason, StopReason::Limit);
+  EXPECT_EQ(first.finish.n_cached, 0);
+  const int64_t read_before = e.prompt_tokens.load();
+  // The state consumed the prompt and every answer token but the last (sampled, never fed).
+  const auto p2 = next_turn(kPrompt, first.tokens, {4, 50, 6});
+  const Out second = run_one(s, p2, 8);
+  const int64_t kept = static_cast<int64_t>(kPrompt.size() + first.tokens.size()) - 1;
+  EXPECT_EQ(second.finish.n_cached, kept);
+  EXPECT_EQ(second.finish.n_prompt, static_cast<int64_t>(p2.size()));
+  EXPECT_EQ(e.prompt_tokens.load() - read_before, static_cast<int64_t>(p2.size()) - kept);
+  EXPECT_EQ(second.tokens, alone(8, 1.0, p2)) << "a resumed state must answer as a fresh read does";
+  // A third turn resumes from the second's state the same way.
+  const auto p3 = next_turn(p2, second.tokens, {9, 9});
+  const Out third = run_one(s, p3, 9);
+  EXPECT_EQ(third.finish.n_cached, static_cast<int64_t>(p2.size() + second.tokens.size()) - 1);
+  EXPECT_EQ(third.tokens, alone(9, 1.0, p3));
+}
+
+TEST(PromptCache, APromptThatLeavesTheHistoryReadsItAll) {
+  HistoryEngine e;
+  Scheduler s(e, {1, 64, 16, 4}, server::sample_token);
+  const Out first = run_one(s, kPrompt, 7);
+  // Shares all but the last prompt token: recurrent state cannot be cut back, so nothing is reused.
+  std::vector<int32_t> p2(kPrompt.begin(), kPrompt.end() - 1);
+  p2.push_back(63);
+  const int64_t before = e.prompt_tokens.load();
+  const Out second = run_one(s, p2, 8);
+  EXPECT_EQ(second.finish.n_cached, 0);
+  EXPECT_EQ(e.prompt_tokens.load() - before, static_cast<int64_t>(p2.size()));
+  EXPECT_EQ(second.tokens, alone(8, 1.0, p2));
+  // A prompt exactly equal to the kept history leaves no token to read for the first logits: read again.
+  std::vector<int32_t> p3 = next_turn(p2, second.tokens, {});
+  p3.pop_back();
+  const int64_t before3 = e.prompt_tokens.load();
+  const Out again = run_one(s, p3, 8);
+  EXPECT_EQ(again.finish.n_cached, 0);
+  EXPECT_EQ(e.prompt_tokens.load() - before3, static_cast<int64_t>(p3.size()));
+  EXPECT_EQ(again.tokens, alone(8, 1.0, p3));
+}
+
+TEST(PromptCache, OffPerRequestOrForTheServerReadsEveryPrompt) {
+  for (bool server_on : {true, false}) {
+    HistoryEngine e;
+    SchedulerConfig cfg{1, 64, 16, 4};
+    cfg.cache_prompt = server_on;
+    Scheduler s(e, cfg, server::sample_token);
+    const Out first = run_one(s, kPrompt, 7);
+    const auto p2 = next_turn(kPrompt, first.tokens, {4, 50});
+    const int64_t before = e.prompt_tokens.load();
+    const Out second = run_one(s, p2, 8, /*cache_prompt=*/!server_on);  // off one way or the other
+    EXPECT_EQ(second.finish.n_cached, 0) << server_on;
+    EXPECT_EQ(e.prompt_tokens.load() - before, static_cast<int64_t>(p2.size())) << server_on;
+    EXPECT_EQ(second.tokens, alone(8, 1.0, p2)) << server_on;
+  }
+}
+
+TEST(PromptCache, TheSlotWhoseStateFitsIsChosenOverTheLeastRecentlyUsed) {
+  HistoryEngine e;
+  Scheduler s(e, {2, 64, 16, 4}, server::sample_token);
+  const std::vector<int32_t> other = {1, 2, 3, 4, 5, 6, 7, 8};
+  const Out a = run_one(s, kPrompt, 7);  // slot 0
+  const Out b = run_one(s, other, 7);    // slot 1 (slot 0 is now the least recently used)
+  EXPECT_NE(a.finish.slot, b.finish.slot);
+  const Out next = run_one(s, next_turn(other, b.tokens, {30, 31}), 8);
+  EXPECT_EQ(next.finish.slot, b.finish.slot);
+  EXPECT_EQ(next.finish.n_cached, static_cast<int64_t>(other.size() + b.tokens.size()) - 1);
+  // A request naming the other slot resumes there only if that slot's state fits: here it does not.
+  const Out named = run_one(s, next_turn(other, b.tokens, {30, 31}), 8, true, a.finish.slot);
+  EXPECT_EQ(named.finish.slot, a.finish.slot);
+  EXPECT_EQ(named.finish.n_cached, 0);
+  EXPECT_EQ(named.tokens, next.tokens);
 }
