@@ -72,6 +72,7 @@ void plan_finish(MemoryPlan& plan, uint64_t state_per_sequence, uint64_t scratch
   plan.state_known = state_per_sequence > 0;
   plan.state = state_per_sequence * static_cast<uint64_t>(opts.sequences);
   plan.spec = opts.spec_per_sequence * static_cast<uint64_t>(opts.sequences);
+  plan.snapshots = opts.snapshot_per_sequence * static_cast<uint64_t>(opts.sequences);
   plan.scratch = scratch;
   plan.free_bytes = free_bytes;
   plan.total_bytes = total_bytes;
@@ -102,6 +103,9 @@ std::vector<std::string> MemoryPlan::lines() const {
   if (spec)
     out.push_back(
         fmt::format("  MTP verify state {:>12}  (recurrent copies until commit)", format_bytes(spec)));
+  if (snapshots)
+    out.push_back(fmt::format("  prompt snapshots {:>12}  (recurrent state at each slot's last prompt end)",
+                              format_bytes(snapshots)));
   out.push_back(fmt::format("  scratch          {:>12}  (estimate)", format_bytes(scratch)));
   if (host_tables) out.push_back(fmt::format("  PLE tables (host) {:>11}", format_bytes(host_tables)));
   out.push_back(fmt::format("  total            {:>12}  of {} {}{}", format_bytes(needed()),
@@ -110,10 +114,16 @@ std::vector<std::string> MemoryPlan::lines() const {
   return out;
 }
 
+std::string MemoryPlan::extra_terms() const {
+  std::string s;
+  if (spec) s += " + MTP verify " + format_bytes(spec);
+  if (snapshots) s += " + prompt snapshots " + format_bytes(snapshots);
+  return s;
+}
+
 std::string MemoryPlan::summary() const {
   std::string s = fmt::format("weights {} + KV/state {}{} + scratch {} = {}", format_bytes(weights_total),
-                              state_known ? format_bytes(state) : std::string("unknown"),
-                              spec ? " + MTP verify " + format_bytes(spec) : std::string(),
+                              state_known ? format_bytes(state) : std::string("unknown"), extra_terms(),
                               format_bytes(scratch), format_bytes(needed()));
   s += budget ? fmt::format(" of {} {}", format_bytes(budget), budget_source) : " (free memory unknown)";
   if (host_tables) s += fmt::format("; PLE tables on the host {}", format_bytes(host_tables));
@@ -128,11 +138,11 @@ void check_memory_plan(const MemoryPlan& plan, const std::string& folder) {
     by_role +=
         fmt::format("{} {}", plan_group_name(static_cast<PlanGroup>(g)), format_bytes(plan.weights[g]));
   }
-  const std::string found = fmt::format(
-      "{} needed: weights {} ({}) + KV/state {} ({} tokens x {} sequences){} + scratch {}",
-      format_bytes(plan.needed()), format_bytes(plan.weights_total), by_role,
-      plan.state_known ? format_bytes(plan.state) : std::string("unknown"), plan.context, plan.sequences,
-      plan.spec ? " + MTP verify " + format_bytes(plan.spec) : std::string(), format_bytes(plan.scratch));
+  const std::string found =
+      fmt::format("{} needed: weights {} ({}) + KV/state {} ({} tokens x {} sequences){} + scratch {}",
+                  format_bytes(plan.needed()), format_bytes(plan.weights_total), by_role,
+                  plan.state_known ? format_bytes(plan.state) : std::string("unknown"), plan.context,
+                  plan.sequences, plan.extra_terms(), format_bytes(plan.scratch));
   std::string note =
       fmt::format("nothing was allocated; {} of the {} backend", plan.budget_source, plan.backend);
   if (plan.total_bytes) note += fmt::format(" (total {})", format_bytes(plan.total_bytes));

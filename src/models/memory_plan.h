@@ -60,6 +60,9 @@ struct MemoryPlanOptions {
   int64_t ubatch = 512;            // tokens per forward (activations, logits)
   uint64_t budget_bytes = 0;       // hard ceiling (--mem-budget); 0 = the backend's free memory
   uint64_t spec_per_sequence = 0;  // drafting: Model::spec_bytes(), the copies a verify holds until commit
+  // The prompt cache: one snapshot of the recurrent parts per sequence at its last prompt's end (a copy of
+  // the same parts a verify copies, so Model::spec_bytes() again).
+  uint64_t snapshot_per_sequence = 0;
 };
 
 struct MemoryPlan {
@@ -72,13 +75,16 @@ struct MemoryPlan {
   uint64_t state = 0;        // KV + recurrent + conv state for context × sequences (0 when unknown)
   bool state_known = false;  // Model::state_bytes gave a number
   uint64_t spec = 0;         // MTP verify copies of the recurrent state, all sequences (0: not drafting)
+  uint64_t snapshots = 0;    // the prompt cache's recurrent snapshots, all sequences (0: off)
   uint64_t scratch = 0;      // activation / logits / workspace estimate
   int64_t context = 0, sequences = 0;
   uint64_t free_bytes = 0, total_bytes = 0;  // from Backend::memory_info (0 = unknown)
   uint64_t budget = 0;                       // what the plan is held against (0 = unknown: never refused)
   std::string budget_source;                 // "free device memory", "--mem-budget", ...
 
-  uint64_t needed() const { return weights_total + state + spec + scratch; }
+  uint64_t needed() const { return weights_total + state + spec + snapshots + scratch; }
+  // " + MTP verify X + prompt snapshots Y" for the terms that are there (summary and refusal lines).
+  std::string extra_terms() const;
   bool fits() const { return budget == 0 || needed() <= budget; }
   // Human lines for the start screen / `bloomery run` (one size per line).
   std::vector<std::string> lines() const;

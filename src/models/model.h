@@ -192,8 +192,10 @@ class Model {
   void truncate(Backend& backend, SequenceState& state, int64_t pos);
   // A copy of the recurrent parts and counters; restore() puts them back (positional caches roll back by
   // pos). Refused while a speculative forward is pending.
-  StateCheckpoint checkpoint(Backend& backend, SequenceState& state) const;
-  void restore(Backend& backend, SequenceState& state, const StateCheckpoint& cp) const;
+  // Virtual, as commit and copy_state, so the scheduler (built without the models library) calls them
+  // through the interface.
+  virtual StateCheckpoint checkpoint(Backend& backend, SequenceState& state) const;
+  virtual void restore(Backend& backend, SequenceState& state, const StateCheckpoint& cp) const;
   // Makes `to` (a fresh state of this model, at least as large) the same sequence as `from`: every part
   // copied (positional caches their live rows), counters, history and the draft queue. n > 1 choices of one
   // prompt fork from one prefill this way. Refused while `from` has a speculative forward pending. (Virtual

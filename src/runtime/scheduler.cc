@@ -108,6 +108,18 @@ bool ModelStepEngine::copy_state(SequenceState& from, SequenceState& to) {
   return true;
 }
 
+std::unique_ptr<StateCheckpoint> ModelStepEngine::snapshot(SequenceState& state) {
+  return std::make_unique<StateCheckpoint>(model_.checkpoint(backend_, state));
+}
+
+bool ModelStepEngine::restore(SequenceState& state, const StateCheckpoint& snapshot) {
+  model_.restore(backend_, state, snapshot);
+  // A snapshot is taken at a prompt's end, where no verify is pending: none is queued after it either.
+  state.verify_hidden = Tensor{};
+  state.verify_ids.clear();
+  return true;
+}
+
 void ModelStepEngine::forward(std::span<StepItem> items) {
   // Each item is checked on its own first (the same checks forward_batch makes before touching any state),
   // so one sequence out of room fails alone and the others still share the pass.
@@ -191,7 +203,9 @@ struct Scheduler::Slot {
   double prompt_ms = 0.0;
   uint64_t lru = 0;
   bool parked = false;   // waits for its PrefillShare's leader to read the prompt
-  int64_t n_cached = 0;  // prompt tokens it took from the leader's prefill
+  int64_t n_cached = 0;  // prompt tokens it took from the leader's prefill or the prompt cache
+  std::unique_ptr<StateCheckpoint>
+      prompt_end;  // the prompt cache's snapshot of `state` at its last prompt end
   bool prompting() const { return n_prompt_done < static_cast<int64_t>(req.prompt.size()); }
 };
 
@@ -215,8 +229,7 @@ Scheduler::~Scheduler() {
   thread_.join();
   for (auto& s : slots_)
     if (s->busy) finish(*s, StopReason::Cancelled);
-  for (auto& s : slots_)
-    if (s->state) engine_.release(std::move(s->state));  // kept by the prompt cache
+  for (auto& s : slots_) drop_state(*s);  // kept by the prompt cache
   for (auto& p : queue_) {
     FinishInfo f;
     f.reason = StopReason::Cancelled;
@@ -262,14 +275,27 @@ std::vector<std::shared_ptr<Ticket>> Scheduler::submit_all(std::vector<GenReques
   return tickets;
 }
 
-// The prompt tokens a request may take from slot `s`'s kept state: all that state consumed, when they are the
-// start of the prompt and leave at least one token to read (the first sample needs a last row of logits);
-// else 0. A state with an uncommitted verify, or a shared prefill's member, takes nothing.
-int64_t Scheduler::reusable_prefix(const Slot& s, const GenRequest& r) {
-  if (!s.state || !r.cache_prompt || r.share || s.state->spec.active) return 0;
+// The prompt tokens a request may take from slot `s`: all that its kept state consumed, else all that its
+// prompt-end snapshot holds, when they are the start of the prompt and leave at least one token to read (the
+// first sample needs a last row of logits); else none. A state with an uncommitted verify, or a shared
+// prefill's member, takes nothing.
+Scheduler::Reuse Scheduler::reusable_prefix(const Slot& s, const GenRequest& r) {
+  if (!s.state || !r.cache_prompt || r.share || s.state->spec.active) return {};
+  const auto starts = [&r](const std::vector<int32_t>& h) {
+    return !h.empty() && h.size() < r.prompt.size() && std::equal(h.begin(), h.end(), r.prompt.begin());
+  };
   const std::vector<int32_t>& h = s.state->history;
-  if (h.empty() || static_cast<int64_t>(h.size()) != s.state->pos || h.size() >= r.prompt.size()) return 0;
-  return std::equal(h.begin(), h.end(), r.prompt.begin()) ? static_cast<int64_t>(h.size()) : 0;
+  if (static_cast<int64_t>(h.size()) == s.state->pos && starts(h))
+    return {static_cast<int64_t>(h.size()), false};
+  if (s.prompt_end && starts(s.prompt_end->history))
+    return {static_cast<int64_t>(s.prompt_end->history.size()), true};
+  return {};
+}
+
+// The slot's state and snapshot go back to the engine.
+void Scheduler::drop_state(Slot& s) {
+  s.prompt_end.reset();
+  if (s.state) engine_.release(std::move(s.state));
 }
 
 // Moves queued requests into idle slots: a request naming a slot waits for that slot; the others take the
@@ -292,7 +318,7 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
       int64_t best = 0;
       for (auto& s : slots_) {
         if (s->busy) continue;
-        const int64_t n = config_.cache_prompt ? reusable_prefix(*s, it->request) : 0;
+        const int64_t n = config_.cache_prompt ? reusable_prefix(*s, it->request).n : 0;
         if (!target || n > best || (n == best && s->lru < target->lru)) target = s.get(), best = n;
       }
     }
@@ -301,9 +327,17 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
       continue;
     }
     Slot& s = *target;
-    const int64_t cached = config_.cache_prompt ? reusable_prefix(s, it->request) : 0;
+    const Reuse reuse = config_.cache_prompt ? reusable_prefix(s, it->request) : Reuse{};
+    int64_t cached = reuse.n;
+    if (reuse.from_snapshot) {
+      try {
+        if (!engine_.restore(*s.state, *s.prompt_end)) cached = 0;
+      } catch (const std::exception&) {
+        cached = 0;  // a restore that failed part way leaves the state unknown: a fresh one reads it all
+      }
+    }
     // A kept state that this request cannot resume from goes back now; step() gives the slot a fresh one.
-    if (cached == 0 && s.state) engine_.release(std::move(s.state));
+    if (cached == 0) drop_state(s);
     s.busy = true;
     s.req = std::move(it->request);
     s.ticket = std::move(it->ticket);
@@ -361,7 +395,7 @@ void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
   // With the prompt cache a state that ended cleanly stays with the slot for a later request that extends
   // its history (reusable_prefix); any other goes back now, not at the slot's next request.
   const bool keep = config_.cache_prompt && s.state && reason != StopReason::Error && !s.state->spec.active;
-  if (!keep) engine_.release(std::move(s.state));
+  if (!keep) drop_state(s);
   s.req = GenRequest{};
   s.ticket.reset();
   s.lru = ++lru_clock_;
@@ -527,6 +561,15 @@ void Scheduler::step() {
     if (was_prompt) {
       s.prompt_ms = ms_since(s.t_start);
       s.t_first = Clock::now();
+      if (config_.cache_prompt && s.req.cache_prompt && !s.req.share) {
+        s.prompt_end
+            .reset();  // one snapshot a slot, the newest prompt end (the older one's memory goes first)
+        try {
+          s.prompt_end = engine_.snapshot(*s.state);
+        } catch (const std::exception&) {
+          // No snapshot (out of memory): the live state is still kept for the next turn.
+        }
+      }
       if (s.req.share && s.req.share->leader == s.id) fork_followers(s, it);  // before its state can go
     }
     take_tokens(s, it);
@@ -653,7 +696,7 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
         try {
           engine_.commit(*s.state, j + 1);
         } catch (const std::exception&) {
-          engine_.release(std::move(s.state));  // the request still ends as it stopped; its state is not kept
+          drop_state(s);  // the request still ends as it stopped; its state is not kept
         }
       }
       finish(s, stop);

@@ -56,6 +56,12 @@ class StepEngine {
   // The scheduler is done with a state (its request finished): by default it is freed here; a TP leader
   // also tells the other ranks to free their copies.
   virtual void release(std::unique_ptr<SequenceState> state) {}
+  // The prompt cache's snapshot of a committed state's recurrent parts (Model::checkpoint), taken at the end
+  // of a prompt, and its restore into the same state later (Model::restore: that state's positional caches
+  // still hold every row below the snapshot, since later forwards write at and past it). Null / false:
+  // this engine keeps none, and only a slot's whole kept state is reused.
+  virtual std::unique_ptr<StateCheckpoint> snapshot(SequenceState& state) { return nullptr; }
+  virtual bool restore(SequenceState& state, const StateCheckpoint& snapshot) { return false; }
 };
 
 // The engine over a Model and a Backend: a step is ONE Model::forward_batch over every item (decode tokens
@@ -75,6 +81,8 @@ class ModelStepEngine : public StepEngine {
   std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) override;
   void commit(SequenceState& state, int64_t n) override;
   bool copy_state(SequenceState& from, SequenceState& to) override;
+  std::unique_ptr<StateCheckpoint> snapshot(SequenceState& state) override;
+  bool restore(SequenceState& state, const StateCheckpoint& snapshot) override;
 
  private:
   void after_forward(const ForwardResult& r, StepItem& it);
@@ -221,11 +229,13 @@ struct SchedulerConfig {
   int64_t n_batch = 2048;     // most prompt tokens per step, over all slots
   int64_t n_ubatch = 512;     // most prompt tokens of one sequence per step
   SpecConfig spec;            // drafting (the engine must draft too: StepEngine::drafting)
-  // Prompt cache (llama-server's --cache-prompt): a finished request's slot keeps its state, and a later
-  // request whose prompt starts with every token that state consumed (a multi-turn chat: the last prompt and
-  // the answer) resumes from it and reads only the rest. Recurrent and conv states cannot be cut back, so
-  // only a state's whole history counts as a prefix. The kept state is a slot's own, which the memory plan
-  // already holds for every slot: no memory beyond it.
+  // Prompt cache (llama-server's --cache-prompt): a finished request's slot keeps its state and a snapshot
+  // of its recurrent parts at the end of its prompt (StepEngine::snapshot). A later request whose prompt
+  // starts with every token that state consumed (a multi-turn chat: the last prompt and the answer) resumes
+  // from it; else one whose prompt starts with the last prompt (a template that drops the answer's
+  // reasoning, an agent's retry) resumes from the snapshot; either reads only the rest. Recurrent and conv
+  // states cannot be cut back, so no other prefix counts. The kept state is a slot's own, which the memory
+  // plan holds for every slot; the snapshots are counted there too (EngineHost::memory_plan).
   bool cache_prompt = true;
 };
 
@@ -287,7 +297,12 @@ class Scheduler {
   void finish(Slot& s, StopReason reason, std::string error = {});
   void step();
   void hint(Slot& s, int64_t take);
-  static int64_t reusable_prefix(const Slot& s, const GenRequest& r);
+  struct Reuse {
+    int64_t n = 0;               // prompt tokens taken
+    bool from_snapshot = false;  // from the slot's prompt-end snapshot, not its live state
+  };
+  static Reuse reusable_prefix(const Slot& s, const GenRequest& r);
+  void drop_state(Slot& s);
   int draft_width(Slot& s) const;
   int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);

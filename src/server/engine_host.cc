@@ -112,13 +112,15 @@ uint64_t EngineHost::state_bytes_estimate(int64_t ctx) const {
   return lm_->model->state_bytes(ctx);
 }
 
-MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t ubatch, bool drafting) const {
+MemoryPlan EngineHost::memory_plan(int64_t context, int64_t sequences, int64_t ubatch, bool drafting,
+                                   bool prompt_cache) const {
   MemoryPlan p = lm_->plan;
   MemoryPlanOptions opts;
   opts.context = context;
   opts.sequences = sequences;
   opts.ubatch = ubatch;
   if (drafting) opts.spec_per_sequence = lm_->model->spec_bytes();
+  if (prompt_cache) opts.snapshot_per_sequence = lm_->model->spec_bytes();
   plan_finish(p, lm_->model->state_bytes(context), p.scratch, p.free_bytes, p.total_bytes, opts);
   return p;
 }

@@ -62,7 +62,9 @@ class EngineHost {
   uint64_t state_bytes_estimate(int64_t ctx) const;
   // The loader's memory plan for `sequences` slots of `context` tokens each (weights as the CPU engine keeps
   // them, KV/state from Model::state_bytes, scratch) against the host's available memory.
-  MemoryPlan memory_plan(int64_t context, int64_t sequences, int64_t ubatch, bool drafting = false) const;
+  // prompt_cache: the scheduler's prompt-end snapshots are counted (SchedulerConfig::cache_prompt).
+  MemoryPlan memory_plan(int64_t context, int64_t sequences, int64_t ubatch, bool drafting = false,
+                         bool prompt_cache = false) const;
 
   // Loads every declared weight (the loader's progress bar on stderr); progress(bytes read, total) as they
   // arrive, possibly from several threads. Then binds and starts the scheduler.

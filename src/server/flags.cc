@@ -282,11 +282,11 @@ std::vector<Flag> compat_rows() {
   using O = ServerOptions;
   const std::string mem = "the memory plan on the start screen chooses context and slots";
   const std::string nosimilar =
-      "a slot is chosen by the longest prompt prefix its kept state consumed whole, else "
-      "least-recently-used: "
-      "recurrent state cannot resume from part of a history, so no similarity threshold applies";
+      "a slot is chosen by the longest prompt prefix its kept state or its prompt-end snapshot holds, else "
+      "least-recently-used: recurrent state cannot resume from part of a history, so no similarity threshold "
+      "applies";
   const std::string nosnap =
-      "recurrent-state snapshots are not built yet: a prompt resumes only from a slot's whole kept state";
+      "one snapshot a slot, at its last prompt's end: snapshots at more positions are not built yet";
   const std::string log = "bloomery logs the start screen to stdout and errors to stderr at one level";
   return {
       // §1.1 model source and loading
@@ -340,8 +340,8 @@ std::vector<Flag> compat_rows() {
                 }),
       switch_row(
           {"--cache-prompt"}, {"--no-cache-prompt"}, "LLAMA_ARG_CACHE_PROMPT", "on", S::Impl,
-          "a finished request's slot keeps its state; a prompt that extends that state's whole history "
-          "resumes from it and reads only the rest",
+          "a finished request's slot keeps its state and a snapshot at its prompt's end; a prompt that "
+          "extends either resumes from it and reads only the rest",
           [](O& o, auto&, bool on) { o.cache_prompt = on; }),
       value_row({"--cache-reuse"}, "LLAMA_ARG_CACHE_REUSE", "N", "0", S::Refuse,
                 "N > 0 refused: KV shifting is impossible with recurrent state",

@@ -109,8 +109,8 @@ int main(int argc, char** argv) {
             fmt::format("{} ({} per slot)", opts.ctx_size, plan.n_ctx_slot),
             "raise -c or lower -np/--parallel");
     // The memory plan for the slots chosen, refused (E_MEMORY_PLAN) before anything is allocated.
-    memory =
-        host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size, opts.spec_type == "draft-mtp");
+    memory = host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size, opts.spec_type == "draft-mtp",
+                               opts.cache_prompt);
     fmt::print("{}", start_screen(opts, *host, plan, memory));
     std::fflush(stdout);
     check_memory_plan(memory, opts.model);

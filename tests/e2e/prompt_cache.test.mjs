@@ -1,7 +1,7 @@
 // The prompt cache through the server (--cache-prompt, on by default): the next turn of a conversation, given
-// as token ids to /completion, reads only what follows the kept history, answers as a full read does, and
-// reports what it took in timings.cache_n and prompt_n; "cache_prompt": false and --no-cache-prompt read it
-// all.
+// as token ids to /completion, reads only what follows the kept history (or, when it leaves the last answer,
+// what follows the last prompt's snapshot), answers as a full read does, and reports what it took in
+// timings.cache_n and prompt_n; "cache_prompt": false and --no-cache-prompt read it all.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, postJson } from './harness.mjs';
@@ -37,6 +37,12 @@ test('the next turn reads only its new tokens and answers as a full read does', 
   const edited = [...first, (a.tokens[0] + 1) % 200, 64, 11];
   const e = await complete(server, edited);
   assert.equal(e.timings.cache_n, 0);
+  // A prompt that extends that prompt but not its answer resumes from the snapshot at the prompt's end.
+  const retry = [...edited, 5, 6, 7];
+  const r = await complete(server, retry);
+  assert.equal(r.timings.cache_n, edited.length);
+  const rFull = await complete(server, retry, { cache_prompt: false });
+  assert.deepEqual(r.tokens, rFull.tokens);
 });
 
 test('--no-cache-prompt reads every prompt whole', async () => {

@@ -4,8 +4,9 @@
 //    state copies, and each member's tokens are exactly what it gives alone with its seed (independent
 //    samples; greedy members are identical). Fewer slots than members, an engine that cannot copy, and a
 //    leader cancelled while reading still give every member its own full answer.
-//  * the prompt cache: a finished request's slot keeps its state, and a prompt that extends that state's
-//    whole history reads only the rest, with exactly the tokens it gives alone; anything else reads it all.
+//  * the prompt cache: a finished request's slot keeps its state and a snapshot at its prompt's end; a prompt
+//    that extends that state's whole history, or else that prompt, reads only the rest, with exactly the
+//    tokens it gives alone; anything else reads it all.
 #include <future>
 #include <set>
 #include <stdexcept>
@@ -64,8 +65,22 @@ class HistoryEngine : public StepEngine {
     copies++;
     return true;
   }
+  std::unique_ptr<StateCheckpoint> snapshot(SequenceState& st) override {
+    if (!can_snapshot) return nullptr;
+    auto cp = std::make_unique<StateCheckpoint>();
+    cp->pos = st.pos;
+    cp->history = st.history;
+    return cp;
+  }
+  bool restore(SequenceState& st, const StateCheckpoint& cp) override {
+    st.pos = cp.pos;
+    st.history = cp.history;
+    restores++;
+    return true;
+  }
   std::atomic<int64_t> prompt_tokens{0};
-  std::atomic<int> copies{0};
+  std::atomic<int> copies{0}, restores{0};
+  bool can_snapshot = true;
   bool can_copy = true, throw_on_copy = false;
   int delay_ms = 0;
 
@@ -281,13 +296,12 @@ TEST(PromptCache, APromptThatLeavesTheHistoryReadsItAll) {
   EXPECT_EQ(second.finish.n_cached, 0);
   EXPECT_EQ(e.prompt_tokens.load() - before, static_cast<int64_t>(p2.size()));
   EXPECT_EQ(second.tokens, alone(8, 1.0, p2));
-  // A prompt exactly equal to the kept history leaves no token to read for the first logits: read again.
+  // A prompt exactly equal to the kept history leaves no token to read for the first logits: the live state
+  // does not serve it, the snapshot at its prompt's end does.
   std::vector<int32_t> p3 = next_turn(p2, second.tokens, {});
   p3.pop_back();
-  const int64_t before3 = e.prompt_tokens.load();
   const Out again = run_one(s, p3, 8);
-  EXPECT_EQ(again.finish.n_cached, 0);
-  EXPECT_EQ(e.prompt_tokens.load() - before3, static_cast<int64_t>(p3.size()));
+  EXPECT_EQ(again.finish.n_cached, static_cast<int64_t>(p2.size()));
   EXPECT_EQ(again.tokens, alone(8, 1.0, p3));
 }
 
@@ -322,4 +336,31 @@ TEST(PromptCache, TheSlotWhoseStateFitsIsChosenOverTheLeastRecentlyUsed) {
   EXPECT_EQ(named.finish.slot, a.finish.slot);
   EXPECT_EQ(named.finish.n_cached, 0);
   EXPECT_EQ(named.tokens, next.tokens);
+}
+
+TEST(PromptCache, APromptThatExtendsTheLastPromptResumesFromItsSnapshot) {
+  for (bool snapshots : {true, false}) {
+    HistoryEngine e;
+    e.can_snapshot = snapshots;
+    Scheduler s(e, {1, 64, 16, 4}, server::sample_token);
+    const Out first = run_one(s, kPrompt, 7);
+    // The same conversation with another answer in its place (a template that drops reasoning, a retry).
+    const auto p2 = next_turn(kPrompt, {40, 41, 42}, {43, 44, 45});  // 6 to read: chunks of 4 and 2
+    const int64_t before = e.prompt_tokens.load();
+    const Out second = run_one(s, p2, 8);
+    const int64_t taken = snapshots ? static_cast<int64_t>(kPrompt.size()) : 0;
+    EXPECT_EQ(second.finish.n_cached, taken) << snapshots;
+    EXPECT_EQ(e.restores.load(), snapshots ? 1 : 0);
+    EXPECT_EQ(e.prompt_tokens.load() - before, static_cast<int64_t>(p2.size()) - taken) << snapshots;
+    EXPECT_EQ(second.tokens, alone(8, 1.0, p2)) << snapshots;
+    // Its own next turn extends the live state again, and a prompt that extends the newest prompt (not the
+    // first) resumes from the newest snapshot.
+    const auto p3 = next_turn(p2, second.tokens, {5, 6});
+    const Out third = run_one(s, p3, 9);
+    EXPECT_EQ(third.finish.n_cached, static_cast<int64_t>(p2.size() + second.tokens.size()) - 1);
+    const auto p4 = next_turn(p3, {1, 2}, {3, 4});
+    const Out fourth = run_one(s, p4, 10);
+    EXPECT_EQ(fourth.finish.n_cached, snapshots ? static_cast<int64_t>(p3.size()) : 0) << snapshots;
+    EXPECT_EQ(fourth.tokens, alone(10, 1.0, p4)) << snapshots;
+  }
 }
