@@ -65,6 +65,8 @@ StateCheckpoint Model::checkpoint(Backend& be, SequenceState& st) const {
   cp.history = st.history;
   cp.draft_rows = st.draft_rows;
   cp.draft_next = st.draft_next;
+  cp.verify_hidden = st.verify_hidden;  // a forward replaces it, never writes into it: the handle is enough
+  cp.verify_ids = st.verify_ids;
   for (StatePart& p : state_parts(st)) {
     if (p.host) {
       cp.hosts.push_back(*p.host);
@@ -92,6 +94,8 @@ void Model::restore(Backend& be, SequenceState& st, const StateCheckpoint& cp) c
   st.history = cp.history;
   st.draft_rows = cp.draft_rows;
   st.draft_next = cp.draft_next;
+  st.verify_hidden = cp.verify_hidden;
+  st.verify_ids = cp.verify_ids;
 }
 
 void Model::copy_state(Backend& be, SequenceState& from, SequenceState& to) const {

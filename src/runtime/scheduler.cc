@@ -114,9 +114,6 @@ std::unique_ptr<StateCheckpoint> ModelStepEngine::snapshot(SequenceState& state)
 
 bool ModelStepEngine::restore(SequenceState& state, const StateCheckpoint& snapshot) {
   model_.restore(backend_, state, snapshot);
-  // A snapshot is taken at a prompt's end, where no verify is pending: none is queued after it either.
-  state.verify_hidden = Tensor{};
-  state.verify_ids.clear();
   return true;
 }
 
@@ -204,8 +201,8 @@ struct Scheduler::Slot {
   uint64_t lru = 0;
   bool parked = false;   // waits for its PrefillShare's leader to read the prompt
   int64_t n_cached = 0;  // prompt tokens it took from the leader's prefill or the prompt cache
-  std::unique_ptr<StateCheckpoint>
-      prompt_end;  // the prompt cache's snapshot of `state` at its last prompt end
+  // The prompt cache's snapshot of `state` at its last prompt end.
+  std::unique_ptr<StateCheckpoint> prompt_end;
   bool prompting() const { return n_prompt_done < static_cast<int64_t>(req.prompt.size()); }
 };
 
@@ -298,10 +295,26 @@ void Scheduler::drop_state(Slot& s) {
   if (s.state) engine_.release(std::move(s.state));
 }
 
+// An admitted slot starts from its kept state, or from its snapshot restored into that state, and skips the
+// prompt tokens they hold; else its kept state goes back and step() gives it a fresh one.
+void Scheduler::resume_or_drop(Slot& s, Reuse reuse) {
+  if (reuse.from_snapshot) {
+    try {
+      if (!engine_.restore(*s.state, *s.prompt_end)) reuse.n = 0;
+    } catch (const std::exception&) {
+      reuse.n = 0;  // a restore that failed part way leaves the state unknown: a fresh one reads it all
+    }
+  }
+  if (reuse.n == 0) drop_state(s);
+  s.n_prompt_done = s.n_hinted = s.n_cached = reuse.n;
+}
+
 // Moves queued requests into idle slots: a request naming a slot waits for that slot; the others take the
 // idle slot whose kept state gives the longest prompt prefix (the prompt cache), else the least recently used
-// idle slot, in arrival order.
-bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled) {
+// idle slot, in arrival order. What each admitted slot reuses goes to `admitted`, for resume_or_drop to act
+// on once the lock is released (it is engine work: a restore, or a release a TP leader tells its ranks of).
+bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled,
+                             std::vector<std::pair<Slot*, Reuse>>& admitted) {
   bool any = false;
   for (auto it = queue_.begin(); it != queue_.end();) {
     if (it->ticket->cancelled()) {
@@ -311,15 +324,18 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
       continue;
     }
     Slot* target = nullptr;
+    Reuse reuse;
+    const auto reuse_of = [&](const Slot& s) {
+      return config_.cache_prompt ? reusable_prefix(s, it->request) : Reuse{};
+    };
     if (it->request.id_slot >= 0) {
       Slot* s = slots_[it->request.id_slot].get();
-      if (!s->busy) target = s;
+      if (!s->busy) target = s, reuse = reuse_of(*s);
     } else {
-      int64_t best = 0;
       for (auto& s : slots_) {
         if (s->busy) continue;
-        const int64_t n = config_.cache_prompt ? reusable_prefix(*s, it->request).n : 0;
-        if (!target || n > best || (n == best && s->lru < target->lru)) target = s.get(), best = n;
+        const Reuse r = reuse_of(*s);
+        if (!target || r.n > reuse.n || (r.n == reuse.n && s->lru < target->lru)) target = s.get(), reuse = r;
       }
     }
     if (!target) {
@@ -327,17 +343,7 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
       continue;
     }
     Slot& s = *target;
-    const Reuse reuse = config_.cache_prompt ? reusable_prefix(s, it->request) : Reuse{};
-    int64_t cached = reuse.n;
-    if (reuse.from_snapshot) {
-      try {
-        if (!engine_.restore(*s.state, *s.prompt_end)) cached = 0;
-      } catch (const std::exception&) {
-        cached = 0;  // a restore that failed part way leaves the state unknown: a fresh one reads it all
-      }
-    }
-    // A kept state that this request cannot resume from goes back now; step() gives the slot a fresh one.
-    if (cached == 0) drop_state(s);
+    admitted.emplace_back(&s, reuse);
     s.busy = true;
     s.req = std::move(it->request);
     s.ticket = std::move(it->ticket);
@@ -352,7 +358,7 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.t_start = Clock::now();
     s.prompt_ms = 0.0;
     s.lru = ++lru_clock_;
-    s.n_prompt_done = s.n_hinted = s.n_cached = cached;
+    s.n_prompt_done = s.n_hinted = s.n_cached = 0;  // resume_or_drop sets what the prompt cache gives
     s.parked = false;
     if (const auto& sh = s.req.share) {
       if (sh->leader < 0)
@@ -415,6 +421,7 @@ void Scheduler::finish(Slot& s, StopReason reason, std::string error) {
 void Scheduler::loop() {
   while (true) {
     std::vector<std::function<void(const FinishInfo&)>> cancelled;
+    std::vector<std::pair<Slot*, Reuse>> admitted;
     {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] {
@@ -424,7 +431,7 @@ void Scheduler::loop() {
         return !queue_.empty();
       });
       if (stop_) return;
-      admit_locked(cancelled);
+      admit_locked(cancelled, admitted);
       int processing = 0;
       for (auto& s : slots_) processing += s->busy;
       stats_.requests_processing = processing;
@@ -434,6 +441,7 @@ void Scheduler::loop() {
     f.reason = StopReason::Cancelled;
     for (auto& cb : cancelled)
       if (cb) cb(f);
+    for (auto& [s, reuse] : admitted) resume_or_drop(*s, reuse);
     step();
   }
 }
@@ -562,8 +570,8 @@ void Scheduler::step() {
       s.prompt_ms = ms_since(s.t_start);
       s.t_first = Clock::now();
       if (config_.cache_prompt && s.req.cache_prompt && !s.req.share) {
-        s.prompt_end
-            .reset();  // one snapshot a slot, the newest prompt end (the older one's memory goes first)
+        // One snapshot a slot, at the newest prompt end; the older one's memory goes first.
+        s.prompt_end.reset();
         try {
           s.prompt_end = engine_.snapshot(*s.state);
         } catch (const std::exception&) {

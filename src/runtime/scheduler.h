@@ -292,17 +292,19 @@ class Scheduler {
     uint64_t id_task;
   };
   void loop();
-  bool admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled);
-  void publish_locked();
-  void finish(Slot& s, StopReason reason, std::string error = {});
-  void step();
-  void hint(Slot& s, int64_t take);
   struct Reuse {
     int64_t n = 0;               // prompt tokens taken
     bool from_snapshot = false;  // from the slot's prompt-end snapshot, not its live state
   };
+  bool admit_locked(std::vector<std::function<void(const FinishInfo&)>>& cancelled,
+                    std::vector<std::pair<Slot*, Reuse>>& admitted);
+  void publish_locked();
+  void finish(Slot& s, StopReason reason, std::string error = {});
+  void step();
+  void hint(Slot& s, int64_t take);
   static Reuse reusable_prefix(const Slot& s, const GenRequest& r);
   void drop_state(Slot& s);
+  void resume_or_drop(Slot& s, Reuse reuse);
   int draft_width(Slot& s) const;
   int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);

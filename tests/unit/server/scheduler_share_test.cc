@@ -118,30 +118,25 @@ GenRequest request(const std::vector<int32_t>& prompt, uint64_t seed, double tem
 
 const std::vector<int32_t> kPrompt = {5, 9, 2, 33, 7, 1, 60, 12, 8, 3, 44, 21, 19};
 
-// The member alone: its own scheduler, no share.
-std::vector<int32_t> alone(uint64_t seed, double temperature, const std::vector<int32_t>& prompt = kPrompt) {
-  HistoryEngine e;
-  Scheduler s(e, {1, 64, 16, 4}, server::sample_token);
-  auto out = std::make_shared<Out>();
-  auto done = std::make_shared<std::promise<void>>();
-  auto f = done->get_future();
-  s.submit(request(prompt, seed, temperature, nullptr, out, done));
-  f.wait();
-  return out->tokens;
-}
-
 // One request through `s`, waited for.
-Out run_one(Scheduler& s, const std::vector<int32_t>& prompt, uint64_t seed, bool cache_prompt = true,
-            int id_slot = -1) {
+Out run_one(Scheduler& s, const std::vector<int32_t>& prompt, uint64_t seed, double temperature = 1.0,
+            bool cache_prompt = true, int id_slot = -1) {
   auto out = std::make_shared<Out>();
   auto done = std::make_shared<std::promise<void>>();
   auto f = done->get_future();
-  GenRequest r = request(prompt, seed, 1.0, nullptr, out, done);
+  GenRequest r = request(prompt, seed, temperature, nullptr, out, done);
   r.cache_prompt = cache_prompt;
   r.id_slot = id_slot;
   s.submit(std::move(r));
   f.wait();
   return *out;
+}
+
+// The member alone: its own scheduler, no share.
+std::vector<int32_t> alone(uint64_t seed, double temperature, const std::vector<int32_t>& prompt = kPrompt) {
+  HistoryEngine e;
+  Scheduler s(e, {1, 64, 16, 4}, server::sample_token);
+  return run_one(s, prompt, seed, temperature).tokens;
 }
 
 // The next turn of a chat: the prompt, the answer, then new tokens.
@@ -314,7 +309,7 @@ TEST(PromptCache, OffPerRequestOrForTheServerReadsEveryPrompt) {
     const Out first = run_one(s, kPrompt, 7);
     const auto p2 = next_turn(kPrompt, first.tokens, {4, 50});
     const int64_t before = e.prompt_tokens.load();
-    const Out second = run_one(s, p2, 8, /*cache_prompt=*/!server_on);  // off one way or the other
+    const Out second = run_one(s, p2, 8, 1.0, /*cache_prompt=*/!server_on);  // off one way or the other
     EXPECT_EQ(second.finish.n_cached, 0) << server_on;
     EXPECT_EQ(e.prompt_tokens.load() - before, static_cast<int64_t>(p2.size())) << server_on;
     EXPECT_EQ(second.tokens, alone(8, 1.0, p2)) << server_on;
@@ -332,7 +327,7 @@ TEST(PromptCache, TheSlotWhoseStateFitsIsChosenOverTheLeastRecentlyUsed) {
   EXPECT_EQ(next.finish.slot, b.finish.slot);
   EXPECT_EQ(next.finish.n_cached, static_cast<int64_t>(other.size() + b.tokens.size()) - 1);
   // A request naming the other slot resumes there only if that slot's state fits: here it does not.
-  const Out named = run_one(s, next_turn(other, b.tokens, {30, 31}), 8, true, a.finish.slot);
+  const Out named = run_one(s, next_turn(other, b.tokens, {30, 31}), 8, 1.0, true, a.finish.slot);
   EXPECT_EQ(named.finish.slot, a.finish.slot);
   EXPECT_EQ(named.finish.n_cached, 0);
   EXPECT_EQ(named.tokens, next.tokens);
