@@ -49,6 +49,7 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"epilogue", "fused"},
                                                        {"gemm-lib", "cublaslt"},
                                                        {"moe", "moe2"},
+                                                       {"moe-tc", "moe-tensor-cores"},
                                                        {"pdl", "pdl"},
                                                        {"gemv-x", "x-once"},
                                                        {"gemv-group", "grouped"},
@@ -197,7 +198,8 @@ int run_bench(int argc, char** argv) {
          "'ppN+cublaslt'/'tgN+cublaslt'; "
          "'moe' the routed-expert decode kernel variant 1 (BLOOMERY_CUDA_MOE_DECODE=1) against 2, rows 'tgN' "
          "and "
-         "'tgN+moe2'; 'pdl' kernels in stream order (BLOOMERY_CUDA_PDL=0) against programmatic dependent "
+         "'tgN+moe2'; 'moe-tc' variant 2 (BLOOMERY_CUDA_MOE_DECODE=2) against NVFP4 experts on the tensor "
+         "cores (3, the default), rows 'tgN' and 'tgN+moe-tensor-cores'; 'pdl' kernels in stream order (BLOOMERY_CUDA_PDL=0) against programmatic dependent "
          "launch, "
          "rows 'tgN' and 'tgN+pdl'; 'gemv-x' the multi-row GEMV reloading x per weight row "
          "(BLOOMERY_CUDA_GEMV_X_ONCE=0) "
@@ -377,6 +379,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_variant(candidate ? 2 : 1); };
       else if (ab_knob == "moe")
         hooks.set_ab = [](bool candidate) { cuda::set_moe_decode_variant(candidate ? 2 : 1); };
+      else if (ab_knob == "moe-tc")
+        hooks.set_ab = [](bool candidate) { cuda::set_moe_decode_variant(candidate ? 3 : 2); };
       else if (ab_knob == "eager-zero")
         hooks.set_ab = [cb](bool candidate) { cb->set_zero_fill_eager(!candidate); };
       else if (ab_knob == "gemv-group")

@@ -13,9 +13,11 @@
 // once per FMA and twice per unit — relative error of the same order (a few 2^-24 per term, √K growth), so
 // the same ~1e-6 and the same 3e-5 bound, as the GEMV's variant 2 keeps backend_linear_test's bound. One
 // wrong weight element moves the output by ~1/√(K·I) ≈ 8e-4 of its scale, a wrong scale block or expert
-// by far more, so 3e-5 still catches them. Every decode check runs both variants. Prompt: the grouped GEMM
-// may round activations to BF16 (tensor cores, gemm_tc_test): ~1e-3 of the scale typical, so max 1e-2 and RMS
-// 3e-3 of max|out|.
+// by far more, so 3e-5 still catches them. Variant 3 (NVFP4 on the tensor cores; the others run variant 2)
+// multiplies exact f16 weights by the activation split into f16 hi + lo (about 2^-22 of each value lost) and
+// sums in the tensor core's f32: the same order of error, the same bound. Every decode check runs all three.
+// Prompt: the grouped GEMM may round activations to BF16 (tensor cores, gemm_tc_test): ~1e-3 of the scale
+// typical, so max 1e-2 and RMS 3e-3 of max|out|.
 #include <algorithm>
 #include <cstdio>
 #include <numeric>
@@ -151,8 +153,8 @@ class CudaMoe : public BackendPair {
   // check runs both decode kernel variants.
   void check(const Bank& b, const Inputs& in, const std::vector<float>& cpu, MoePath force, MoePath want,
              const std::string& what) {
-    for (int v : {1, 2}) {
-      if (want != MoePath::Decode && v == 1) continue;
+    for (int v : {1, 2, 3}) {
+      if (want != MoePath::Decode && v != 2) continue;
       cuda::set_moe_decode_variant(v);
       MoePath ran = MoePath::Auto;
       const auto g = run_gpu(b, in, force, &ran);
@@ -275,7 +277,7 @@ TEST_F(CudaMoe, RepeatsAreBitIdentical) {
   make_bank(b, std::vector<FormatId>(16, FormatId::NVFP4), 512, 2560, 640);
   for (auto [T, path] :
        {std::pair<int64_t, MoePath>{1, MoePath::Decode}, {4, MoePath::Decode}, {300, MoePath::Grouped}})
-    for (int v : {1, 2}) {
+    for (int v : {1, 2, 3}) {
       cuda::set_moe_decode_variant(v);
       const Inputs in = inputs(b, T, 10, 0.0f);
       const auto a = run_gpu(b, in, path), c = run_gpu(b, in, path);
@@ -307,25 +309,30 @@ TEST_F(CudaMoe, MissingMixedAndBadIds) {
   check(m, in, cpu, MoePath::Auto, MoePath::Loop, "mixed formats");
   check(m, in, cpu, MoePath::Grouped, MoePath::Loop, "mixed formats");
 
-  // A bad id (no host sync to raise on): its token's row is NaN, the others are right.
-  Bank g;
+  // A bad id (no host sync to raise on): its token's row is NaN, the others are right. BF16 for variants 1
+  // and 2; NVFP4 at D 256, I 64 for variant 3 (its tensor-core kernels take both products there).
+  Bank g, g4;
   make_bank(g, std::vector<FormatId>(8, FormatId::BF16), 8, 64, 32);
-  for (auto [p, v] : {std::pair{MoePath::Decode, 1}, {MoePath::Decode, 2}, {MoePath::Grouped, 2}}) {
+  make_bank(g4, std::vector<FormatId>(8, FormatId::NVFP4), 8, 256, 64);
+  for (auto [p, v] :
+       {std::pair{MoePath::Decode, 1}, {MoePath::Decode, 2}, {MoePath::Grouped, 2}, {MoePath::Decode, 3}}) {
     cuda::set_moe_decode_variant(v);
-    in = inputs(g, 3, 2, 0.0f);
-    cpu = run_cpu(g, in);
+    const Bank& gb = v == 3 ? g4 : g;
+    const int64_t D = gb.D;
+    in = inputs(gb, 3, 2, 0.0f);
+    cpu = run_cpu(gb, in);
     Inputs bad = in;
     bad.ids[1 * 2 + 1] = p == MoePath::Decode ? 8 : -1;
-    const auto out = run_gpu(g, bad, p);
+    const auto out = run_gpu(gb, bad, p);
     double m = 0.0;
     for (float v : cpu) m = std::max(m, std::fabs(static_cast<double>(v)));
     for (int64_t t = 0; t < 3; ++t)
-      for (int64_t c = 0; c < 64; ++c) {
-        const float val = out[t * 64 + c];
+      for (int64_t c = 0; c < D; ++c) {
+        const float val = out[t * D + c];
         if (t == 1)
           EXPECT_TRUE(std::isnan(val)) << path_name(p) << " v" << v << " c " << c;
         else
-          EXPECT_NEAR(val, cpu[t * 64 + c], 1e-2 * m) << path_name(p) << " v" << v;
+          EXPECT_NEAR(val, cpu[t * D + c], 1e-2 * m) << path_name(p) << " v" << v;
       }
   }
 }
@@ -444,9 +451,9 @@ TEST_F(CudaMoe, DecodeBandwidth) {
         return 1e3 * ms / kIters;
       };
       for (MoePath p : {MoePath::Decode, MoePath::Grouped, MoePath::Loop})
-        for (int v : {1, 2}) {
+        for (int v : {1, 2, 3}) {
           if (p == MoePath::Loop && T > 4) continue;  // the old path: measured where decode replaces it
-          if (p != MoePath::Decode && v == 1) continue;
+          if (p != MoePath::Decode && v != 2) continue;
           cuda::set_moe_decode_variant(v);
           cuda::force_moe_path(p);
           const double us = time_us([&](Tensor& id) { gpu_->moe_experts(out, x, id, w, eg, 0.0f); });
@@ -458,13 +465,14 @@ TEST_F(CudaMoe, DecodeBandwidth) {
               bytes / (us * 1e-6) / 1e9);
         }
       cuda::force_moe_path(MoePath::Auto);
-      // The decode kernels alone, variant 1 and 2 side by side: gate+up (2/3 of the bytes) and down (1/3).
-      double gu[2], dn[2];
-      for (int v : {1, 2}) {
+      // The decode kernels alone, variants 1, 2 and 3 side by side: gate+up (2/3 of the bytes) and down
+      // (1/3).
+      double gu[3], dn[3];
+      for (int v : {1, 2, 3}) {
         cuda::set_moe_decode_variant(v);
         gu[v - 1] = time_us([&](Tensor& id) {
-          cuda::moe_gate_up(set.tab, set.gate_fmt, id.i32(), T * k, k, x.f32(), D, I, 0.0f, scratch,
-                            gpu_->stream());
+          cuda::moe_gate_up(set.tab, set.gate_fmt, set.up_fmt, id.i32(), T * k, k, x.f32(), D, I, 0.0f,
+                            scratch, gpu_->stream());
         });
         dn[v - 1] = time_us([&](Tensor& id) {
           cuda::moe_down(set.tab, set.down_fmt, id.i32(), T * k, scratch, I, D, scratch + T * k * I,
@@ -474,11 +482,11 @@ TEST_F(CudaMoe, DecodeBandwidth) {
       cuda::set_moe_decode_variant(variant0_);
       const auto gbs = [](double b, double us) { return b / (us * 1e-6) / 1e9; };
       std::printf(
-          "[moe-bench] %-9s T=%-3lld kernels v1 | v2: gate_up %.1f | %.1f us (%.0f | %.0f GB/s), down %.1f | "
-          "%.1f us (%.0f | %.0f GB/s)\n",
-          std::string(format_name(f)).c_str(), static_cast<long long>(T), gu[0], gu[1],
-          gbs(bytes * 2 / 3, gu[0]), gbs(bytes * 2 / 3, gu[1]), dn[0], dn[1], gbs(bytes / 3, dn[0]),
-          gbs(bytes / 3, dn[1]));
+          "[moe-bench] %-9s T=%-3lld kernels v1 | v2 | v3: gate_up %.1f | %.1f | %.1f us (%.0f | %.0f | %.0f "
+          "GB/s), down %.1f | %.1f | %.1f us (%.0f | %.0f | %.0f GB/s)\n",
+          std::string(format_name(f)).c_str(), static_cast<long long>(T), gu[0], gu[1], gu[2],
+          gbs(bytes * 2 / 3, gu[0]), gbs(bytes * 2 / 3, gu[1]), gbs(bytes * 2 / 3, gu[2]), dn[0], dn[1],
+          dn[2], gbs(bytes / 3, dn[0]), gbs(bytes / 3, dn[1]), gbs(bytes / 3, dn[2]));
       cudaFree(scratch);
     }
   }

@@ -118,8 +118,9 @@ int attention_part_floats(int64_t T, int64_t Hq, int64_t dv);
 
 // ---- mixture of experts ----------------------------------------------------------------------------------
 // The routed-expert decode kernels in use (moe/moe_decode.cu: 1 = rows per lane group with every element
-// fully scaled, 2 = raw units loaded ahead with the scales on partial sums, the default;
-// BLOOMERY_CUDA_MOE_DECODE=1|2 picks it at start, set_moe_decode_variant between steps for A/B runs).
+// fully scaled, 2 = raw units loaded ahead with the scales on partial sums, 3 = NVFP4 experts on the tensor
+// cores, moe/moe_decode_tc.cu, other formats as 2, the default; BLOOMERY_CUDA_MOE_DECODE=1|2|3 picks it at
+// start, set_moe_decode_variant between steps for A/B runs).
 int moe_decode_variant();
 void set_moe_decode_variant(int v);
 // Softmax top-k routing: one warp per token with the logits in registers when E <= 1024 and k <= 32 (on

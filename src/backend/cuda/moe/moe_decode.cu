@@ -10,10 +10,13 @@
 // all R rows (and for gate and up together). G is picked so that the units of a row fill the lanes (the
 // qwen4_exp down row of K = 640 NVFP4 elements is 40 units: 4 groups of 8 lanes × 5 units, no idle lane).
 //
-// Two versions of gate+up and down, chosen by moe_decode_variant() (BLOOMERY_CUDA_MOE_DECODE=1|2, default 2;
-// the bench's --ab moe flips it): 1 (gate_up_k / down_k) decodes every element fully scaled (bit-identical
-// weights to the CPU, R rows per group); 2 (gate_up_v2 / down_v2, below) loads several raw units per lane
-// ahead and applies the scales to partial sums, as GEMV variant 2 does. Only the rounding order differs.
+// Two versions of gate+up and down, chosen by moe_decode_variant() (BLOOMERY_CUDA_MOE_DECODE=1|2|3; the
+// bench's
+// --ab moe flips 1 and 2): 1 (gate_up_k / down_k) decodes every element fully scaled (bit-identical weights
+// to the CPU, R rows per group); 2 (gate_up_v2 / down_v2, below) loads several raw units per lane ahead and
+// applies the scales to partial sums, as GEMV variant 2 does. Only the rounding order differs. 3, the
+// default, runs NVFP4 experts on the tensor cores (moe_decode_tc.cu; --ab moe-tc flips 2 and 3) and the other
+// formats as 2.
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +27,7 @@
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/moe/moe_kernels.h"
+#include "backend/cuda/moe/moe_tc.h"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -306,7 +310,11 @@ __global__ void __launch_bounds__(kWarps * 32, kMinBlocksDown<W>)
 }
 
 // out[t, c] = Σ_j wts[t·k + j] · y[row(t·k + j), c], j ascending from 0 (the CPU backend's order: each
-// product rounded, then added).
+// product rounded, then added). The loads of up to kSlots slots are issued before the first add: a slot's
+// row index and value are two dependent loads, and one slot at a time made the decode combine (k = 10, one
+// token) a chain of twenty round trips, 5.9 µs (ncu, H200).
+constexpr int kSlots = 16;
+
 __global__ void combine_k(float* __restrict__ out, const float* __restrict__ y,
                           const int32_t* __restrict__ pos, const float* __restrict__ wts, int64_t T, int k,
                           int64_t D) {
@@ -317,11 +325,21 @@ __global__ void combine_k(float* __restrict__ out, const float* __restrict__ y,
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / D, c = i % D;
     float o = 0.0f;
-    for (int j = 0; j < k; ++j) {
-      const int64_t p = t * k + j;
-      const int64_t row = pos ? pos[p] : p;
-      const float v = row < 0 ? NAN : y[row * D + c];
-      o = __fadd_rn(o, __fmul_rn(v, wts[p]));
+    for (int j0 = 0; j0 < k; j0 += kSlots) {
+      float v[kSlots], wt[kSlots];
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) {
+        if (j0 + j >= k) break;
+        const int64_t p = t * k + j0 + j;
+        const int64_t row = pos ? pos[p] : p;
+        v[j] = row < 0 ? NAN : y[row * D + c];
+        wt[j] = wts[p];
+      }
+#pragma unroll
+      for (int j = 0; j < kSlots; ++j) {
+        if (j0 + j >= k) break;
+        o = __fadd_rn(o, __fmul_rn(v[j], wt[j]));
+      }
     }
     out[i] = o;
   }
@@ -382,7 +400,9 @@ void launch_down_v2(const MoeTable& tab, const int32_t* ids, int64_t P, const fl
 
 int variant_from_env() {
   const char* v = std::getenv("BLOOMERY_CUDA_MOE_DECODE");
-  return v && std::string(v) == "1" ? 1 : 2;
+  if (v && std::string(v) == "1") return 1;
+  if (v && std::string(v) == "2") return 2;
+  return 3;
 }
 
 std::atomic<int>& variant_slot() {
@@ -434,7 +454,7 @@ int moe_decode_variant() {
 }
 
 void set_moe_decode_variant(int v) {
-  variant_slot().store(v == 1 ? 1 : 2, std::memory_order_relaxed);
+  variant_slot().store(v == 1 || v == 3 ? v : 2, std::memory_order_relaxed);
 }
 
 void moe_decode_units(const DeviceWeight& w, bool fast, float* out, cudaStream_t s) {
@@ -460,12 +480,19 @@ bool moe_same_width(FormatId a, FormatId b) {
   return width_of(a) == width_of(b);
 }
 
-void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, const int32_t* ids, int64_t P, int k, const float* x,
-                 int64_t D, int64_t I, float limit, float* h, cudaStream_t s) {
+void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, FormatId up_fmt, const int32_t* ids, int64_t P,
+                 int k, const float* x, int64_t D, int64_t I, float limit, float* h, cudaStream_t s) {
   if (P == 0 || I == 0) return;
+  if (moe_decode_variant() == 3 && moe_tc_fits(gate_fmt, static_cast<uint64_t>(D)) &&
+      moe_tc_fits(up_fmt, static_cast<uint64_t>(D))) {
+    moe_gate_up_tc(tab, ids, P, k, x, D, I, limit, h, s);
+    BLOOMERY_CUDA_CHECK_LAUNCH("moe_gate_up (tensor cores) " + std::string(format_name(gate_fmt)) + " " +
+                               pairs_shape(P, I, D));
+    return;
+  }
   const Width w = width_of(gate_fmt);
   const int g = groups_for(static_cast<uint64_t>(D / unit_elems(w)));
-  if (moe_decode_variant() == 2)
+  if (moe_decode_variant() != 1)
     dispatch(w, g, [&]<Width W, int G>() { launch_gate_up_v2<W, G>(tab, ids, P, k, x, I, limit, h, s); });
   else
     dispatch(w, g, [&]<Width W, int G>() { launch_gate_up<W, G>(tab, ids, P, k, x, I, limit, h, s); });
@@ -476,9 +503,15 @@ void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, const int32_t* ids, int
 void moe_down(const MoeTable& tab, FormatId down_fmt, const int32_t* ids, int64_t P, const float* h,
               int64_t I, int64_t D, float* y, cudaStream_t s) {
   if (P == 0 || D == 0) return;
+  if (moe_decode_variant() == 3 && moe_tc_fits(down_fmt, static_cast<uint64_t>(I))) {
+    moe_down_tc(tab, ids, P, h, I, D, y, s);
+    BLOOMERY_CUDA_CHECK_LAUNCH("moe_down (tensor cores) " + std::string(format_name(down_fmt)) + " " +
+                               pairs_shape(P, D, I));
+    return;
+  }
   const Width w = width_of(down_fmt);
   const int g = groups_for(static_cast<uint64_t>(I / unit_elems(w)));
-  if (moe_decode_variant() == 2)
+  if (moe_decode_variant() != 1)
     dispatch(w, g, [&]<Width W, int G>() { launch_down_v2<W, G>(tab, ids, P, h, I, D, y, s); });
   else
     dispatch(w, g, [&]<Width W, int G>() { launch_down<W, G>(tab, ids, P, h, I, D, y, s); });

@@ -87,8 +87,8 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
     // h [P, I] then y [P, D]; I is a multiple of the down projection's unit, so y stays 16-byte aligned.
     float* h = static_cast<float*>(scratch_[1].get(static_cast<size_t>(P * (I + D)) * 4 + 64));
     float* y = h + P * I;
-    moe_gate_up(set.tab, set.gate_fmt, ids.i32(), P, static_cast<int>(k), x.f32(), D, I, swiglu_limit, h,
-                stream_);
+    moe_gate_up(set.tab, set.gate_fmt, set.up_fmt, ids.i32(), P, static_cast<int>(k), x.f32(), D, I,
+                swiglu_limit, h, stream_);
     moe_down(set.tab, set.down_fmt, ids.i32(), P, h, I, D, y, stream_);
     moe_combine(out.out_f32({&x, &ids, &weights}), y, nullptr, weights.f32(), T, static_cast<int>(k), D,
                 stream_);

@@ -26,8 +26,8 @@ struct MoeTable {
 // Every pair p = t·k + j of ids [T, k]: h[p, :] = swiglu(gate_e · x[t], up_e · x[t]) (clamp as swiglu()),
 // e = ids[p]. gate_fmt / up_fmt: the (uniform) formats of the table's gate and up weights; they must share
 // an element width, and every gate/up row must be readable in units (moe_units_ok). x: [T, D], h: [P, I].
-void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, const int32_t* ids, int64_t P, int k, const float* x,
-                 int64_t D, int64_t I, float limit, float* h, cudaStream_t s);
+void moe_gate_up(const MoeTable& tab, FormatId gate_fmt, FormatId up_fmt, const int32_t* ids, int64_t P,
+                 int k, const float* x, int64_t D, int64_t I, float limit, float* h, cudaStream_t s);
 // y[p, :] = down_e · h[p, :] for every pair (y: [P, D]).
 void moe_down(const MoeTable& tab, FormatId down_fmt, const int32_t* ids, int64_t P, const float* h,
               int64_t I, int64_t D, float* y, cudaStream_t s);

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# One device call (about 8 minutes): the GPU checks of a commit whose host code changed since its last card
+# run, and a per-kernel profile of the full-size decode step to aim the next kernel at (issue 12).
+#   1. the GPU suite (timing tests excluded), GoldenCuda, and the speculative-decoding tests on the card
+#      (prompt cache, rollback, drafting on = off; BLOOMERY_SPEC_BACKEND=cuda);
+#   2. the bench at C = 1 and 4 (graph mode: the issue's numbers);
+#   3. Nsight Systems over C = 1 graph replays, node by node: each kernel's time as the graph runs it;
+#   4. Nsight Compute on the weight readers of one eager step (routed experts, GEMVs): throughput, memory,
+#      warp stalls, occupancy.
+# Build and carry: BUILD_DIR=build-dev scripts/device-bundle.sh bloomery test_gpu test_golden test_runtime,
+#   tar -cJf .devcarry-all/b.txz .devcarry/bundle; lean-tree.sh on.
+#   device run, carry [".devcarry-all"], command: bash scripts/gpu/head-profile.sh
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/bundle-env.sh
+gpu_suite gpu-tests.txt '-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*' 220
+timeout 80 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
+echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -5
+BLOOMERY_SPEC_BACKEND=cuda BLOOMERY_SPEC_TOKENS=200 timeout 120 $B/bin/test_runtime --gtest_brief=1 \
+  --gtest_filter='*SpecDecode*' > $out/spec-cuda.txt 2>&1
+echo "spec cuda rc=$?"; grep -E "PASSED|FAILED|tests ran" $out/spec-cuda.txt | head -8
+pack
+bench=($B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096)
+timeout 80 "${bench[@]}" -c 1,4 -r 1 --json-out $out/bench.json > $out/bench.txt 2>&1
+echo "bench rc=$?"; grep -E "^\| tg|copy bandwidth" $out/bench.txt | head -4
+pack
+NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
+echo "nsys: ${NSYS:-none}"
+if [ -n "$NSYS" ]; then
+  timeout 150 $NSYS profile -o /tmp/step -t cuda --cuda-graph-trace=node --force-overwrite true \
+    "${bench[@]::4}" --synthetic qwen4_exp -p 0 -n 16 -d 4096 -c 1 -r 1 > $out/nsys-run.txt 2>&1
+  echo "nsys rc=$?"
+  timeout 90 $NSYS stats -r cuda_gpu_kern_sum --format csv -o $out/kern /tmp/step.nsys-rep > $out/nsys-stats.txt 2>&1
+  echo "stats rc=$?"
+  head -30 $out/kern*cuda_gpu_kern_sum*.csv 2>/dev/null | cut -d, -f1-9,10 | cut -c1-200
+fi
+pack
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
+echo "ncu: ${NCU:-none}"
+if [ -n "$NCU" ]; then
+  # Depth 0, eager, the second step's launches: each weight reader's launch configuration once.
+  BLOOMERY_CUDA_GRAPHS=0 timeout 200 $NCU --clock-control none --csv --page details \
+    -k 'regex:gate_up|down_v2|gemv_split|gemv_group' --launch-skip 150 --launch-count 12 \
+    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
+    --section LaunchStats --section SchedulerStats \
+    "${bench[@]::4}" --synthetic qwen4_exp -p 0 -n 3 -d 0 -c 1 -r 1 --warmup 0 \
+    > $out/ncu-weights.csv 2> $out/ncu-weights.err
+  echo "ncu rc=$?"; wc -l $out/ncu-weights.csv; tail -3 $out/ncu-weights.err
+fi
+pack
+find $out -mindepth 1 -not -name all.tgz -delete
