@@ -16,10 +16,8 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
 gpu_suite gpu-tests.txt '' 240
-timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
-echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -3
-BLOOMERY_CUDA_BLOCK_OPS=0 timeout 60 $B/bin/test_golden --gtest_brief=1 > $out/golden-block-ops-off.txt 2>&1
-echo "golden (block ops off) rc=$?"; grep -E "PASSED|FAILED" $out/golden-block-ops-off.txt | head -3
+golden_run golden.txt 60
+BLOOMERY_CUDA_BLOCK_OPS=0 golden_run golden-block-ops-off.txt 60
 pack
 for f in qwen4_exp-bf16 glm5_next-bf16; do
   m=tests/fixtures/models/$f

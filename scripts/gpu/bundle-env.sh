@@ -25,3 +25,25 @@ gpu_suite() {
 # $out packed into $out/all.tgz (a call returns at most 8 files): scripts call it after every step, so a call
 # cut off returns what ran.
 pack() { (cd "$out" && tar czf ../all.tgz --exclude=all.tgz . && mv ../all.tgz all.tgz); }
+# GoldenCuda (test_golden) with its log to $out/$1 (default golden.txt), its summary printed; $2: time limit.
+golden_run() {
+  local log=$out/${1:-golden.txt}
+  timeout "${2:-90}" $B/bin/test_golden --gtest_brief=1 > "$log" 2>&1
+  echo "golden rc=$?"; grep -E "PASSED|FAILED" "$log" | head -5
+}
+# Main's binary (/tmp/main-bin/bloomery, carried as .devcarry-all/main.txz) against the bundle's, process by
+# process, three rounds in alternation: ab_processes LOG LIMIT bloomery-args… (each run's .txt and .json in
+# $out as main-R / change-R, the tg rows of every run in $out/LOG).
+ab_processes() {
+  local log=$1 limit=$2 r v
+  shift 2
+  tar -C /tmp -xJf .devcarry-all/main.txz
+  for r in 1 2 3; do
+    for v in main change; do
+      local run=($B/bin/bloomery)
+      [ $v = main ] && run=(/tmp/main-bin/bloomery)
+      timeout "$limit" "${run[@]}" "$@" --json-out $out/$v-$r.json > $out/$v-$r.txt 2>&1
+      grep -E "^\| tg" $out/$v-$r.txt | sed "s/^/$v round $r: /"
+    done
+  done | tee $out/$log
+}

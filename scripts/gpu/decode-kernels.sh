@@ -30,8 +30,7 @@ if [ "$part" = a ]; then
 timeout 130 $B/bin/test_gpu --gtest_brief=1 \
   --gtest_filter='CudaMoe.*:CudaLinear.*:CudaOps.Router*:CudaOps.Attention*:-*Bandwidth*:*Timing*' > $out/tests.txt 2>&1
 echo "tests rc=$?"; grep -E "FAILED|PASSED|tests ran|Failure" $out/tests.txt | head -20
-timeout 70 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
-echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -5
+golden_run golden.txt 70
 pack
 for knob in router; do  # gemv-ahead, attention and gemv-short: see the header
   timeout 85 $B/bin/bloomery "${bench[@]}" -c 1,4 -r 3 --ab $knob --json-out $out/ab-$knob.json \
@@ -40,17 +39,9 @@ for knob in router; do  # gemv-ahead, attention and gemv-short: see the header
   pack
 done
 elif [ "$part" = c ]; then
-tar -C /tmp -xJf .devcarry-all/main.txz
-for r in 1 2 3; do
-  for v in main change; do
-    run=($B/bin/bloomery); [ $v = main ] && run=(/tmp/main-bin/bloomery)
-    timeout 70 "${run[@]}" "${bench[@]}" -c 1,4 -r 1 --json-out $out/$v-$r.json > $out/$v-$r.txt 2>&1
-    grep -E "^\| tg" $out/$v-$r.txt | sed "s/^/$v round $r: /"
-  done
-done | tee $out/ab-main-change.txt
+ab_processes ab-main-change.txt 70 "${bench[@]}" -c 1,4 -r 1
 pack
-timeout 70 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
-echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -5
+golden_run golden.txt 70
 gpu_suite gpu-tests.txt '' 200
 pack
 else
@@ -67,8 +58,7 @@ done | tee $out/ab-fp4.txt
 timeout 45 $B/bin/bloomery "${bench[@]}" -c 1 -r 1 --json-out $out/defaults.json > $out/defaults.txt 2>&1
 grep -E "^\| tg|graphs" $out/defaults.txt | sed "s/^/change with its defaults: /"
 pack
-timeout 70 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
-echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -5
+golden_run golden.txt 70
 gpu_suite gpu-tests.txt '' 200
 pack
 BLOOMERY_CUDA_GRAPHS=0 timeout 100 /usr/local/cuda/bin/ncu --profile-from-start off --clock-control none --csv \

@@ -4,8 +4,7 @@
 #   1. the GPU suite (timing tests excluded), GoldenCuda, and the speculative-decoding tests on the card
 #      (prompt cache, rollback, drafting on = off; BLOOMERY_SPEC_BACKEND=cuda);
 #   2. the bench at C = 1 and 4 (graph mode: the issue's numbers);
-#   3. Nsight Systems over C = 1 graph replays, node by node: each kernel's time as the graph runs it;
-#   4. Nsight Compute on the weight readers of one eager step (routed experts, GEMVs): throughput, memory,
+#   3. Nsight Compute on the weight readers of one eager step (routed experts, GEMVs): throughput, memory,
 #      warp stalls, occupancy.
 # Build and carry: BUILD_DIR=build-dev scripts/device-bundle.sh bloomery test_gpu test_golden test_runtime,
 #   tar -cJf .devcarry-all/b.txz .devcarry/bundle; lean-tree.sh on.
@@ -14,8 +13,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
 gpu_suite gpu-tests.txt '-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*' 220
-timeout 80 $B/bin/test_golden --gtest_brief=1 > $out/golden.txt 2>&1
-echo "golden rc=$?"; grep -E "PASSED|FAILED" $out/golden.txt | head -5
+golden_run golden.txt 80
 BLOOMERY_SPEC_BACKEND=cuda BLOOMERY_SPEC_TOKENS=200 timeout 120 $B/bin/test_runtime --gtest_brief=1 \
   --gtest_filter='*SpecDecode*' > $out/spec-cuda.txt 2>&1
 echo "spec cuda rc=$?"; grep -E "PASSED|FAILED|tests ran" $out/spec-cuda.txt | head -8
@@ -23,17 +21,6 @@ pack
 bench=($B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096)
 timeout 80 "${bench[@]}" -c 1,4 -r 1 --json-out $out/bench.json > $out/bench.txt 2>&1
 echo "bench rc=$?"; grep -E "^\| tg|copy bandwidth" $out/bench.txt | head -4
-pack
-NSYS=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys 2>/dev/null | head -1)
-echo "nsys: ${NSYS:-none}"
-if [ -n "$NSYS" ]; then
-  timeout 150 $NSYS profile -o /tmp/step -t cuda --cuda-graph-trace=node --force-overwrite true \
-    "${bench[@]::4}" --synthetic qwen4_exp -p 0 -n 16 -d 4096 -c 1 -r 1 > $out/nsys-run.txt 2>&1
-  echo "nsys rc=$?"
-  timeout 90 $NSYS stats -r cuda_gpu_kern_sum --format csv -o $out/kern /tmp/step.nsys-rep > $out/nsys-stats.txt 2>&1
-  echo "stats rc=$?"
-  head -30 $out/kern*cuda_gpu_kern_sum*.csv 2>/dev/null | cut -d, -f1-9,10 | cut -c1-200
-fi
 pack
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 echo "ncu: ${NCU:-none}"

@@ -205,11 +205,10 @@ class Backend : public virtual FamilyOps {
   // out[T, N] = x[T, K] · W[N, K]ᵀ.  W may have more than 2 dims (its rows are shape[0], cols the rest).
   virtual void matmul(Tensor& out, const Tensor& x, const Weight& w) = 0;
   // out = post · act(pre · x·Wᵀ): a product with the elementwise tail models put after it (the hyper-
-  // connection reads' 1/n scale and activation, sigmoid gates). Each step rounds as the separate ops do, so a
-  // fused backend gives the same bits. Default: matmul, then scale / activate / scale.
-  // out = post·act(pre·(x·Wᵀ)); then, with row_scale, each row t times row_scale[t] (a per-token gate, [T]
-  // or [T, 1]); with accumulate, added to out instead of stored (out += ...: a residual or a second branch
-  // summed in the product's store).
+  // connection reads' 1/n scale and activation, sigmoid gates); then, with row_scale, each row t times
+  // row_scale[t] (a per-token gate, [T] or [T, 1]); with accumulate, added to out instead of stored (out +=
+  // …: a residual or a second branch summed in the product's store). Each step rounds as the separate ops do,
+  // so a fused backend gives the same bits. Default: matmul, then scale / activate / scale / row scale / add.
   struct Epilogue {
     float pre = 1.0f;
     Act act = Act::None;

@@ -22,6 +22,13 @@ std::string dims(std::initializer_list<int64_t> d) {
   return shape_string(std::vector<int64_t>(d));
 }
 
+// hc_inject / hc_inject_norm: X [T, n*D] and inj [T, n] for y [T, D].
+void check_hc_inject_args(const Tensor& X, const Tensor& y, const Tensor& inj, const char* op) {
+  const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
+  BLOOMERY_NEED(X.numel() == T * n * D && inj.rows() == T, op,
+                "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
+}
+
 }  // namespace
 
 void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) {
@@ -36,8 +43,7 @@ void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int 
 void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
   OpScope op_scope(op_times_, stream_, "hc inject");
   const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
-  BLOOMERY_NEED(X.numel() == T * n * D && inj.rows() == T, "hc_inject",
-                "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
+  check_hc_inject_args(X, y, inj, "hc_inject");
   cuda::hc_inject(X.f32(), y.f32(), inj.f32(), T, static_cast<int>(n), D, stream_);
 }
 
@@ -46,8 +52,7 @@ void CudaBackend::hc_inject_norm(Tensor& X, const Tensor& y, const Tensor& inj, 
   const int64_t T = y.rows(), D = y.cols(), n = inj.cols();
   if (!block_ops_ || group != D) return Backend::hc_inject_norm(X, y, inj, xn, w, eps, kind, group);
   OpScope op_scope(op_times_, stream_, "hc inject + norm");
-  BLOOMERY_NEED(X.numel() == T * n * D && inj.rows() == T, "hc_inject_norm",
-                "X [T, n*D], inj [T, n] for y " + y.shape_str(), X.shape_str() + ", " + inj.shape_str());
+  check_hc_inject_args(X, y, inj, "hc_inject_norm");
   const RmsNormShape sh = check_rms_norm_args(xn, X, w, kind, group);
   const float* wp = kind == NormKind::Unweighted ? nullptr : param_f32(*w, "hc_inject_norm");
   float* xp = X.f32();
