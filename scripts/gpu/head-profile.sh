@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# One device call (about 8 minutes): the GPU checks of a commit whose host code changed since its last card
-# run, and a per-kernel profile of the full-size decode step to aim the next kernel at (issue 12).
+# One device call (about 5 minutes): the GPU checks of a commit whose host code changed since its last card
+# run, and the bench of the full-size decode step (issue 12).
 #   1. the GPU suite (timing tests excluded), GoldenCuda, and the speculative-decoding tests on the card
 #      (prompt cache, rollback, drafting on = off; BLOOMERY_SPEC_BACKEND=cuda);
 #   2. the bench at C = 1 and 4 (graph mode: the issue's numbers);
-#   3. Nsight Compute on the weight readers of one eager step (routed experts, GEMVs): throughput, memory,
-#      warp stalls, occupancy.
+#   Per-kernel profiles go through test_gpu (scripts/gpu/moe-profile.sh): Nsight Compute over the full bench
+#   ran past every time limit on the H200 (2026-12-03).
 # Build and carry: BUILD_DIR=build-dev scripts/device-bundle.sh bloomery test_gpu test_golden test_runtime,
 #   tar -cJf .devcarry-all/b.txz .devcarry/bundle; lean-tree.sh on.
 #   device run, carry [".devcarry-all"], command: bash scripts/gpu/head-profile.sh
@@ -21,18 +21,5 @@ pack
 bench=($B/bin/bloomery bench --backend cuda --synthetic qwen4_exp -p 0 -n 32 -d 4096)
 timeout 80 "${bench[@]}" -c 1,4 -r 1 --json-out $out/bench.json > $out/bench.txt 2>&1
 echo "bench rc=$?"; grep -E "^\| tg|copy bandwidth" $out/bench.txt | head -4
-pack
-NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
-echo "ncu: ${NCU:-none}"
-if [ -n "$NCU" ]; then
-  # Depth 0, eager, the second step's launches: each weight reader's launch configuration once.
-  BLOOMERY_CUDA_GRAPHS=0 timeout 200 $NCU --clock-control none --csv --page details \
-    -k 'regex:gate_up|down_v2|gemv_split|gemv_group' --launch-skip 150 --launch-count 12 \
-    --section SpeedOfLight --section MemoryWorkloadAnalysis --section WarpStateStats --section Occupancy \
-    --section LaunchStats --section SchedulerStats \
-    "${bench[@]::4}" --synthetic qwen4_exp -p 0 -n 3 -d 0 -c 1 -r 1 --warmup 0 \
-    > $out/ncu-weights.csv 2> $out/ncu-weights.err
-  echo "ncu rc=$?"; wc -l $out/ncu-weights.csv; tail -3 $out/ncu-weights.err
-fi
 pack
 find $out -mindepth 1 -not -name all.tgz -delete

@@ -15,9 +15,6 @@ std::string hex2(uint8_t b) {
   return fmt::format("0x{:02X}", b);
 }
 
-bool is_nvfp4(FormatId f) {
-  return f == FormatId::NVFP4 || f == FormatId::W4A16_NVFP4 || f == FormatId::NVFP4_CT;
-}
 bool is_fp8(FormatId f) {
   return f == FormatId::FP8_TENSOR || f == FormatId::FP8_CHANNEL || f == FormatId::FP8_BLOCK;
 }

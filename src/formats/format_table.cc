@@ -53,6 +53,10 @@ const FormatInfo& format_info(FormatId id) {
   return kFormats[i];
 }
 
+bool is_nvfp4(FormatId f) {
+  return f == FormatId::NVFP4 || f == FormatId::W4A16_NVFP4 || f == FormatId::NVFP4_CT;
+}
+
 std::string_view format_name(FormatId id) {
   return format_info(id).name;
 }

@@ -53,6 +53,9 @@ struct FormatInfo {
 
 const FormatInfo& format_info(FormatId id);
 std::string_view format_name(FormatId id);
+// The NVFP4 family: E2M1 elements, E4M3 scales per 16 elements and an f32 global (ModelOpt NVFP4, its
+// W4A16 variant and compressed-tensors' NVFP4, whose global is stored as a divisor).
+bool is_nvfp4(FormatId f);
 // Inverse of format_name (exact match); false when unknown.
 bool format_from_name(std::string_view name, FormatId* out);
 

@@ -19,10 +19,6 @@ Where with_field(Where w, std::string field) {
   return w;
 }
 
-bool is_nvfp4(FormatId f) {
-  return f == FormatId::NVFP4 || f == FormatId::W4A16_NVFP4 || f == FormatId::NVFP4_CT;
-}
-
 uint64_t shard_rows(const TensorEntry& t) {
   return t.shape.empty() ? 1 : t.shape[0];
 }

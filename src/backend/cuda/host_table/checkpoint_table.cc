@@ -66,10 +66,6 @@ std::shared_ptr<Mappings> map_tensors(const TensorSource& src, const std::vector
   return maps;
 }
 
-bool is_nvfp4(FormatId f) {
-  return f == FormatId::NVFP4 || f == FormatId::W4A16_NVFP4 || f == FormatId::NVFP4_CT;
-}
-
 // The format the packed path decodes this record with, or false when it must fall back to host decoding.
 bool packed_format(const WeightRecord& rec, const WeightBytes& wb, FormatId* out) {
   if (rec.scale_encoding != ScaleEncoding::Plain) return false;

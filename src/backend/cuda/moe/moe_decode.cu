@@ -10,13 +10,12 @@
 // all R rows (and for gate and up together). G is picked so that the units of a row fill the lanes (the
 // qwen4_exp down row of K = 640 NVFP4 elements is 40 units: 4 groups of 8 lanes × 5 units, no idle lane).
 //
-// Two versions of gate+up and down, chosen by moe_decode_variant() (BLOOMERY_CUDA_MOE_DECODE=1|2|3; the
-// bench's
-// --ab moe flips 1 and 2): 1 (gate_up_k / down_k) decodes every element fully scaled (bit-identical weights
-// to the CPU, R rows per group); 2 (gate_up_v2 / down_v2, below) loads several raw units per lane ahead and
-// applies the scales to partial sums, as GEMV variant 2 does. Only the rounding order differs. 3, the
-// default, runs NVFP4 experts on the tensor cores (moe_decode_tc.cu; --ab moe-tc flips 2 and 3) and the other
-// formats as 2.
+// Three versions of gate+up and down, chosen by moe_decode_variant() (BLOOMERY_CUDA_MOE_DECODE=1|2|3; the
+// bench's --ab moe flips 1 and 2): 1 (gate_up_k / down_k) decodes every element fully scaled (bit-identical
+// weights to the CPU, R rows per group); 2 (gate_up_v2 / down_v2, below) loads several raw units per lane
+// ahead and applies the scales to partial sums, as GEMV variant 2 does. Only the rounding order differs. 3,
+// the default, runs NVFP4 experts on the tensor cores (moe_decode_tc.cu; --ab moe-tc flips 2 and 3) and the
+// other formats as 2.
 #include <atomic>
 #include <cmath>
 #include <cstdlib>
@@ -28,6 +27,7 @@
 #include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/moe/moe_kernels.h"
 #include "backend/cuda/moe/moe_tc.h"
+#include "backend/cuda/moe/routed.cuh"
 #include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
@@ -58,10 +58,6 @@ __device__ __forceinline__ float group_sum(float v) {
 #pragma unroll
   for (int o = L / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xFFFFFFFFu, v, o);
   return v;
-}
-
-__device__ __forceinline__ bool routed_ok(const DeviceWeight* tab, int64_t E, int32_t e) {
-  return e >= 0 && e < E && tab[e].data != nullptr;
 }
 
 // Grid (ceil(I / rows per block), P). h[p, r] = silu(min(g, lim)) · clamp(u, −lim, lim) (no clamp at lim 0).

@@ -33,6 +33,7 @@
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/moe/moe_tc.h"
+#include "backend/cuda/moe/routed.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -43,9 +44,8 @@ constexpr int kBlockElems = 16;  // one NVFP4 scale block: 8 bytes, one E4M3 sca
 constexpr int kMaxK = 8192;      // the staged activation row: 2 · K f16 + a zero block, 32 KB at most
 
 // Nibbles s and s + 4 (s = 0..3) of `word` as an f16x2 (low half nibble s), each E2M1 value times 2^-14.
-template <int S>
-__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t word) {
-  const uint32_t q = word << (12 - 4 * S);  // the pair's nibbles at bits 12-15 and 28-31
+__device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t word, int s) {
+  const uint32_t q = word << (12 - 4 * s);  // the pair's nibbles at bits 12-15 and 28-31
   return (q & 0x80008000u) | ((q & 0x70007000u) >> 3);
 }
 
@@ -66,10 +66,6 @@ __device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1,
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
   const __half2 h = __floats2half2_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-__device__ __forceinline__ bool expert_ok(const DeviceWeight* tab, int64_t E, int32_t e) {
-  return e >= 0 && e < E && tab[e].data != nullptr;
 }
 
 // 2^e as f32 for e in [-126, 127].
@@ -97,8 +93,8 @@ __device__ float stage_row(const float* __restrict__ xr, int K, uint32_t* xs, fl
     const float4 v = __ldg(x4 + i);
     m = fmaxf(m, fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w))));
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xFFFFFFFFu, m, o));
+  // block_reduce_max's cross-warp step for a fixed four warps: one barrier instead of three.
+  m = warp_reduce_max(m);
   if ((tid & 31) == 0) scratch[tid >> 5] = m;
   if (tid < 8) xs[zero_offset(K) + tid] = 0u;
   __syncthreads();
@@ -163,14 +159,11 @@ __device__ __forceinline__ void mma_block(float (&acc)[4], const RawBlock& r, ui
   const __half2_raw s = __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(r.scales), __NV_E4M3);
   const __half2 s2 = *reinterpret_cast<const __half2*>(&s);
   const __half2 sa = __low2half2(s2), sb = __high2half2(s2);
-  mma_f16(acc, hmul2_bits(e2m1_pair_f16<0>(r.a.x), sa), hmul2_bits(e2m1_pair_f16<0>(r.b.x), sb),
-          hmul2_bits(e2m1_pair_f16<0>(r.a.y), sa), hmul2_bits(e2m1_pair_f16<0>(r.b.y), sb), b_lo.x, b_hi.x);
-  mma_f16(acc, hmul2_bits(e2m1_pair_f16<1>(r.a.x), sa), hmul2_bits(e2m1_pair_f16<1>(r.b.x), sb),
-          hmul2_bits(e2m1_pair_f16<1>(r.a.y), sa), hmul2_bits(e2m1_pair_f16<1>(r.b.y), sb), b_lo.y, b_hi.y);
-  mma_f16(acc, hmul2_bits(e2m1_pair_f16<2>(r.a.x), sa), hmul2_bits(e2m1_pair_f16<2>(r.b.x), sb),
-          hmul2_bits(e2m1_pair_f16<2>(r.a.y), sa), hmul2_bits(e2m1_pair_f16<2>(r.b.y), sb), b_lo.z, b_hi.z);
-  mma_f16(acc, hmul2_bits(e2m1_pair_f16<3>(r.a.x), sa), hmul2_bits(e2m1_pair_f16<3>(r.b.x), sb),
-          hmul2_bits(e2m1_pair_f16<3>(r.a.y), sa), hmul2_bits(e2m1_pair_f16<3>(r.b.y), sb), b_lo.w, b_hi.w);
+  const uint32_t bl[4] = {b_lo.x, b_lo.y, b_lo.z, b_lo.w}, bh[4] = {b_hi.x, b_hi.y, b_hi.z, b_hi.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k)
+    mma_f16(acc, hmul2_bits(e2m1_pair_f16(r.a.x, k), sa), hmul2_bits(e2m1_pair_f16(r.b.x, k), sb),
+            hmul2_bits(e2m1_pair_f16(r.a.y, k), sa), hmul2_bits(e2m1_pair_f16(r.b.y, k), sb), bl[k], bh[k]);
 }
 
 // Rows g and g + 8 of a tile of matrix w (null pointers for rows past the end: they read as zero).
@@ -256,7 +249,7 @@ __global__ void __launch_bounds__(kThreads)
   float* op = out + p * rows;
   const int32_t e = ids[p];
   const DeviceWeight* first = M == 2 ? tab.gate : tab.down;
-  if (!expert_ok(first, tab.E, e)) {  // same e for the whole block: uniform exit
+  if (!routed_ok(first, tab.E, e)) {  // same e for the whole block: uniform exit
     if (warp % KS == 0 && lane < kTileRows && row0 + lane < rows) op[row0 + lane] = NAN;
     return;
   }
@@ -349,8 +342,7 @@ void launch_tc(const MoeTable& tab, const int32_t* ids, int64_t P, int k, const 
 }  // namespace
 
 bool moe_tc_fits(FormatId fmt, uint64_t K) {
-  const bool nvfp4 = fmt == FormatId::NVFP4 || fmt == FormatId::W4A16_NVFP4 || fmt == FormatId::NVFP4_CT;
-  return nvfp4 && K > 0 && K % (4 * kBlockElems) == 0 && K <= kMaxK;
+  return is_nvfp4(fmt) && K > 0 && K % (4 * kBlockElems) == 0 && K <= kMaxK;
 }
 
 void moe_gate_up_tc(const MoeTable& tab, const int32_t* ids, int64_t P, int k, const float* x, int64_t D,
