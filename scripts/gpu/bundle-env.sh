@@ -33,7 +33,7 @@ golden_run() {
 }
 # Main's binary (/tmp/main-bin/bloomery, carried as .devcarry-all/main.txz) against the bundle's, process by
 # process, three rounds in alternation: ab_processes LOG LIMIT bloomery-args… (each run's .txt and .json in
-# $out as main-R / change-R, the tg rows of every run in $out/LOG).
+# $out as main-R / change-R, the tg and pp rows of every run in $out/LOG).
 ab_processes() {
   local log=$1 limit=$2 r v
   shift 2
@@ -43,7 +43,7 @@ ab_processes() {
       local run=($B/bin/bloomery)
       [ $v = main ] && run=(/tmp/main-bin/bloomery)
       timeout "$limit" "${run[@]}" "$@" --json-out $out/$v-$r.json > $out/$v-$r.txt 2>&1
-      grep -E "^\| tg" $out/$v-$r.txt | sed "s/^/$v round $r: /"
+      grep -E "^\| (tg|pp)" $out/$v-$r.txt | sed "s/^/$v round $r: /"
     done
   done | tee $out/$log
 }

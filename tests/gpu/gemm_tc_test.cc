@@ -184,10 +184,16 @@ TEST_F(GemmTc, BackendMatmulPromptPath) {
 
 class GroupedGemm : public GemmTc {
  protected:
+  // How a run reaches the kernel: grouped_gemm's defaults, or the tensor-core kernel directly with plain BF16
+  // x in the tall or wide warp layout, or split x in the wide one.
+  enum class Via { Entry, Bf16Tall, Bf16Wide, SplitTall, SplitWide };
   // E experts of one format with the given row counts; ys rows past offsets[E] must stay untouched.
-  // plain_bf16: the tensor-core kernel with plain BF16 x (else grouped_gemm's default mode).
   void run(FormatId f, int64_t n, int64_t K, const std::vector<int32_t>& counts, int64_t slack,
-           bool plain_bf16 = false) {
+           Via via = Via::Entry) {
+    const bool plain_bf16 = via == Via::Bf16Tall || via == Via::Bf16Wide;
+    const bool split_direct = via == Via::SplitTall || via == Via::SplitWide;
+    const cuda::GroupedTile tile =
+        via == Via::Bf16Wide || via == Via::SplitWide ? cuda::GroupedTile::Wide : cuda::GroupedTile::Tall;
     const int64_t E = static_cast<int64_t>(counts.size());
     std::vector<int32_t> off(E + 1, 0);
     for (int64_t e = 0; e < E; ++e) off[e + 1] = off[e] + counts[e];
@@ -213,17 +219,20 @@ class GroupedGemm : public GemmTc {
     ASSERT_EQ(cudaSuccess,
               cudaMemcpy(d_w, dws.data(), sizeof(cuda::DeviceWeight) * E, cudaMemcpyHostToDevice));
     ASSERT_EQ(cudaSuccess, cudaMemcpy(d_off, off.data(), 4 * (E + 1), cudaMemcpyHostToDevice));
-    if (plain_bf16)
-      cuda::tc_grouped_gemm(d_w, E, d_off, max_rows, n, K, f, xg.f32(), yg.f32(), false, gpu_->stream());
-    else
+    if (via == Via::Entry)
       cuda::grouped_gemm(d_w, E, d_off, max_rows, n, K, f, xg.f32(), yg.f32(), gpu_->stream());
+    else
+      cuda::tc_grouped_gemm(d_w, E, d_off, max_rows, n, K, f, xg.f32(), yg.f32(), split_direct, tile,
+                            gpu_->stream());
     const auto g = gpu_->download(yg);
     cudaFree(d_w);
     cudaFree(d_off);
-    const std::string what = std::string(format_name(f)) + (plain_bf16 ? " [bf16]" : "") +
+    static constexpr const char* kVia[] = {"", " [bf16 tall]", " [bf16 wide]", " [split tall]",
+                                           " [split wide]"};
+    const std::string what = std::string(format_name(f)) + kVia[static_cast<int>(via)] +
                              " grouped E=" + std::to_string(E) + " [" + std::to_string(n) + ", " +
                              std::to_string(K) + "]";
-    const bool split_x = !plain_bf16 && cuda::gemm_mode() == cuda::GemmMode::Bf16x2;
+    const bool split_x = split_direct || (via == Via::Entry && cuda::gemm_mode() == cuda::GemmMode::Bf16x2);
     const double cf = (weight_rounded(f) ? kCxw
                        : split_x         ? kCsplit
                                          : kCx) +
@@ -265,7 +274,10 @@ class GroupedGemm : public GemmTc {
 TEST_F(GroupedGemm, UnevenAndEmptyExperts) {
   const std::vector<int32_t> counts = {0, 1, 130, 0, 257, 77, 128, 0};
   for (FormatId f : kFormats) run(f, 640, 2560, counts, 40);
-  for (FormatId f : {FormatId::NVFP4, FormatId::MXFP8}) run(f, 640, 2560, counts, 40, true);
+  for (FormatId f : {FormatId::NVFP4, FormatId::MXFP8, FormatId::BF16})
+    for (Via v : {Via::Bf16Tall, Via::Bf16Wide, Via::SplitTall, Via::SplitWide})
+      run(f, 640, 2560, counts, 40, v);
+  run(FormatId::NVFP4, 2560, 640, counts, 0, Via::SplitWide);
   run(FormatId::NVFP4, 2560, 640, counts, 0);
   run(FormatId::MXFP4, 200, 640, {3, 0, 129}, 7);
   run(FormatId::NVFP4, 640, 2560, {0, 0, 0, 0}, 64);  // nothing routed: nothing written
@@ -349,7 +361,7 @@ TEST_F(GemmTc, ThroughputT4096) {
         const double ms = time_ms(
             [&] {
               cuda::tc_grouped_gemm(d_w, E, d_off, rows, sh.n, sh.k, f, x.f32(), y.f32(), split,
-                                    gpu_->stream());
+                                    cuda::grouped_tile(), gpu_->stream());
             },
             gpu_->stream(), 10);
         std::printf("[grouped] %-9s %-12s E=64 x 128 rows %-6s: %8.3f ms %7.1f TFLOP/s\n",
@@ -359,6 +371,61 @@ TEST_F(GemmTc, ThroughputT4096) {
       cudaFree(d_w);
       cudaFree(d_off);
     }
+  }
+}
+
+// The MoE prompt path's grouped GEMMs at qwen4_exp's real routing shape: 512 NVFP4 experts, every token
+// routed to 10 distinct experts uniformly (the random synthetic model routes close to this), so a pass of T
+// tokens gives each expert about T · 10 / 512 rows: 10 at the server's default ubatch 512, 20 at the
+// grouped path's 1,024-token chunk, 80 for a whole 4,096-token prompt. Split x (the default mode), both warp
+// layouts; TFLOP/s of the routed rows' work.
+TEST_F(GemmTc, GroupedRoutedThroughput) {
+  const int64_t E = 512, k = 10;
+  for (const Shape& sh : {Shape{640, 2560, "expert up"}, Shape{2560, 640, "expert down"}}) {
+    std::vector<Weight> wg;
+    std::vector<cuda::DeviceWeight> dws;
+    auto st = make_stored(FormatId::NVFP4, sh.n, sh.k, rng_);
+    for (int64_t e = 0; e < E; ++e) {  // one random expert uploaded E times: the same bytes to read
+      wg.push_back(gpu_->upload_stored("e", {sh.n, sh.k}, st->wb));
+      dws.push_back(cuda::device_weight(wg.back(), "bench"));
+    }
+    cuda::DeviceWeight* d_w = nullptr;
+    int32_t* d_off = nullptr;
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&d_w, sizeof(cuda::DeviceWeight) * E));
+    ASSERT_EQ(cudaSuccess, cudaMalloc(&d_off, 4 * (E + 1)));
+    ASSERT_EQ(cudaSuccess,
+              cudaMemcpy(d_w, dws.data(), sizeof(cuda::DeviceWeight) * E, cudaMemcpyHostToDevice));
+    for (int64_t T : {512, 1024, 2048, 4096}) {
+      std::vector<int32_t> counts(E, 0), pick(E);
+      for (int64_t t = 0; t < T; ++t) {
+        std::iota(pick.begin(), pick.end(), 0);
+        for (int64_t j = 0; j < k; ++j) {
+          std::uniform_int_distribution<int64_t> d(j, E - 1);
+          std::swap(pick[j], pick[d(rng_)]);
+          ++counts[pick[j]];
+        }
+      }
+      std::vector<int32_t> off(E + 1, 0);
+      for (int64_t e = 0; e < E; ++e) off[e + 1] = off[e] + counts[e];
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(d_off, off.data(), 4 * (E + 1), cudaMemcpyHostToDevice));
+      const int64_t rows = T * k;
+      Tensor x = gpu_->upload(randn(rows * sh.k), {rows, sh.k}), y = gpu_->alloc({rows, sh.n});
+      std::printf("[routed] NVFP4 %-12s E=512 T=%5lld (%5.1f rows/expert) split:", sh.what,
+                  static_cast<long long>(T), static_cast<double>(rows) / E);
+      for (auto [tile, name] :
+           {std::pair{cuda::GroupedTile::Wide, "wide"}, std::pair{cuda::GroupedTile::Tall, "tall"}}) {
+        const double ms = time_ms(
+            [&] {
+              cuda::tc_grouped_gemm(d_w, E, d_off, rows, sh.n, sh.k, FormatId::NVFP4, x.f32(), y.f32(), true,
+                                    tile, gpu_->stream());
+            },
+            gpu_->stream(), 10);
+        std::printf("  %s %7.3f ms %6.1f TFLOP/s", name, ms, 2.0 * rows * sh.n * sh.k / ms * 1e-9);
+      }
+      std::printf("\n");
+    }
+    cudaFree(d_w);
+    cudaFree(d_off);
   }
 }
 

@@ -20,9 +20,14 @@ bool tc_gemm_supported(int64_t K, const void* weight_data, const float* x);
 // split: x enters as two BF16 terms (hi + lo, ~16 significant bits, twice the mma work) instead of one.
 void tc_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y, bool split,
              cudaStream_t s);
+// The grouped kernel's tile (tc_gemm.cu, WarpTile): Wide multiplies whole 128-row tiles of an expert's rows,
+// Tall only its rows rounded up to 16, in 64-row tiles (two blocks per SM in split mode).
+enum class GroupedTile { Wide, Tall };
+// The tile grouped_gemm takes: Tall unless BLOOMERY_CUDA_GROUPED_TILE=wide (a measurement switch, read once).
+GroupedTile grouped_tile();
 void tc_grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows,
                      int64_t n, int64_t K, FormatId format, const float* xs, float* ys, bool split,
-                     cudaStream_t s);
+                     GroupedTile tile, cudaStream_t s);
 
 // x (rows × K, 16-byte aligned, K a multiple of 8) rounded to BF16 in a stream-ordered allocation on `s`;
 // split: the low terms BF16(x − hi) follow the high ones (hi + rows·K). Free it with cudaFreeAsync on `s`.

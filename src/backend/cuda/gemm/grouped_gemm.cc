@@ -4,9 +4,15 @@
 #include <string>
 
 #include "backend/backend.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm/gemm_internal.h"
 
 namespace bloomery::cuda {
+GroupedTile grouped_tile() {
+  static const GroupedTile tile =
+      env_is("BLOOMERY_CUDA_GROUPED_TILE", "wide") ? GroupedTile::Wide : GroupedTile::Tall;
+  return tile;
+}
 
 void grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offsets, int64_t max_rows, int64_t n,
                   int64_t K, FormatId format, const float* xs, float* ys, cudaStream_t s) {
@@ -17,7 +23,8 @@ void grouped_gemm(const DeviceWeight* weights, int64_t E, const int32_t* offsets
   // The experts' weights are separate cudaMalloc blocks (256-byte aligned), so only K and xs decide.
   const GemmMode mode = gemm_mode();
   if (mode != GemmMode::Simt && tc_gemm_supported(K, xs, xs))
-    return tc_grouped_gemm(weights, E, offsets, max_rows, n, K, format, xs, ys, mode == GemmMode::Bf16x2, s);
+    return tc_grouped_gemm(weights, E, offsets, max_rows, n, K, format, xs, ys, mode == GemmMode::Bf16x2,
+                           grouped_tile(), s);
   gemm_simt_grouped(weights, E, offsets, max_rows, n, K, format, xs, ys, s);
 }
 

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -42,6 +43,16 @@ constexpr int64_t kDecodeMaxPairs = 320;
 
 std::atomic<int> g_forced{static_cast<int>(MoePath::Auto)};
 std::atomic<int> g_last{static_cast<int>(MoePath::Auto)};
+
+// Prompt tokens per grouped pass: 4,096 unless BLOOMERY_CUDA_MOE_CHUNK=N (a measurement switch, read once).
+int64_t moe_prompt_chunk() {
+  static const int64_t chunk = [] {
+    const char* v = std::getenv("BLOOMERY_CUDA_MOE_CHUNK");
+    const long long n = v ? std::atoll(v) : 0;
+    return n >= 64 && n <= 65536 ? static_cast<int64_t>(n) : int64_t{4096};
+  }();
+  return chunk;
+}
 
 }  // namespace
 
@@ -97,10 +108,11 @@ void CudaBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, c
 
   if (path == MoePath::Grouped) {
     const int64_t I = set.I, E = set.tab.E;
-    // Tokens per pass: bounds the scratch (pairs × (D + 2·I) floats, 157 MB at qwen4_exp's shapes) while
-    // keeping ~20 rows per expert for the GEMM tiles.
-    constexpr int64_t kChunk = 1024;
-    const int64_t Tc = std::min(T, kChunk), Pc = Tc * k;
+    // Tokens per pass: bounds the scratch (pairs × (D + 2·I) floats, 629 MB at qwen4_exp's shapes for 4,096
+    // tokens) while giving each expert as many rows per pass as a whole 4K prompt routes to it: a pass costs
+    // nearly the same at 10 rows per expert as at 80 (every expert's weights read and converted once per
+    // pass).
+    const int64_t Tc = std::min(T, moe_prompt_chunk()), Pc = Tc * k;
     auto* ints = static_cast<int32_t*>(scratch_[2].get(static_cast<size_t>(3 * E + 1 + 2 * Pc) * 4 + 64));
     int32_t *counts = ints, *cursor = counts + E, *offsets = cursor + E, *rows = offsets + E + 1,
             *pos = rows + Pc;
