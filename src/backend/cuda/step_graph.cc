@@ -7,6 +7,7 @@
 #include <string_view>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/env_switch.h"
 #include "core/error.h"
 
 namespace bloomery::cuda {
@@ -30,13 +31,7 @@ bool step_graphs_requested() {
 }
 
 int step_graph_segment_layers() {
-  const char* v = std::getenv("BLOOMERY_CUDA_GRAPH_LAYERS");
-  if (!v || !*v) return kSegmentLayers;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  if (*end != '\0' || n < 0 || n > 100000)
-    raise("E_CUDA_GRAPH", Where{"", "", "BLOOMERY_CUDA_GRAPH_LAYERS"}, "a layer count >= 0", v);
-  return static_cast<int>(n);
+  return static_cast<int>(env_int("BLOOMERY_CUDA_GRAPH_LAYERS", kSegmentLayers, 0, 100000, "E_CUDA_GRAPH"));
 }
 
 // ---- PinnedArena -----------------------------------------------------------------------------------------

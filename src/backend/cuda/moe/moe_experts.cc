@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <cstdlib>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemm/grouped_gemm.h"
 #include "backend/cuda/moe/expert_table.h"
 #include "backend/cuda/moe/moe_kernels.h"
@@ -46,11 +46,7 @@ std::atomic<int> g_last{static_cast<int>(MoePath::Auto)};
 
 // Prompt tokens per grouped pass: 4,096 unless BLOOMERY_CUDA_MOE_CHUNK=N (a measurement switch, read once).
 int64_t moe_prompt_chunk() {
-  static const int64_t chunk = [] {
-    const char* v = std::getenv("BLOOMERY_CUDA_MOE_CHUNK");
-    const long long n = v ? std::atoll(v) : 0;
-    return n >= 64 && n <= 65536 ? static_cast<int64_t>(n) : int64_t{4096};
-  }();
+  static const int64_t chunk = env_int("BLOOMERY_CUDA_MOE_CHUNK", 4096, 64, 65536, "E_CUDA_MOE");
   return chunk;
 }
 
