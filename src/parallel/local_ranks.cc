@@ -24,13 +24,21 @@ bool collective_failure(const std::exception_ptr& e) {
 
 }  // namespace
 
+LoadRank load_folder(const std::filesystem::path& folder) {
+  return [folder](Backend& be, const LoadOptions& o) { return load_model(folder, be, o); };
+}
+
 LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeout,
                            const std::filesystem::path& folder, LoadOptions options,
                            const MakeBackend& make_backend)
+    : LocalTpRanks(size, collective_timeout, load_folder(folder), std::move(options), make_backend) {}
+
+LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeout, LoadRank load,
+                           LoadOptions options, const MakeBackend& make_backend)
     : size_(size), group_(size, collective_timeout), follower_errors_(size) {
   // Followers load and then wait for plans. Their load errors surface at the first barrier below.
   for (int r = 1; r < size; ++r)
-    followers_.emplace_back([this, r, folder, options, collective_timeout, &make_backend] {
+    followers_.emplace_back([this, r, load, options, collective_timeout, &make_backend]() mutable {
       Communicator& c = group_.rank(r);
       try {
         std::unique_ptr<Backend> be = make_backend(r);
@@ -42,7 +50,8 @@ LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeou
         o.tp_rank = r;
         o.tp_size = size_;
         o.comm = &c;
-        std::unique_ptr<LoadedModel> lm = load_model(folder, *be, o);
+        std::unique_ptr<LoadedModel> lm = load(*be, o);
+        load = nullptr;  // what it holds (a synthetic model's random pools) is not needed while following
         c.barrier("load", kLoadDeadline);
         Engine engine(*be, *lm->model);
         tp_follow(c, engine);
@@ -58,7 +67,7 @@ LocalTpRanks::LocalTpRanks(int size, std::chrono::milliseconds collective_timeou
     options.tp_rank = 0;
     options.tp_size = size;
     options.comm = &c;
-    lm0_ = load_model(folder, *be0_, options);
+    lm0_ = load(*be0_, options);
     c.barrier("load", kLoadDeadline);
     engine0_ = std::make_unique<Engine>(*be0_, *lm0_->model);
     leader_ = std::make_unique<TpLeader>(c, *engine0_);

@@ -23,6 +23,12 @@
 
 namespace bloomery {
 
+// How one rank gets its model: `options` carries its tp_rank, tp_size and communicator. A folder's slices
+// (load_model), or a model built in memory (`bloomery bench --synthetic … --tp N`). Called on the rank's own
+// thread, for every rank at once.
+using LoadRank = std::function<std::unique_ptr<LoadedModel>(Backend& backend, const LoadOptions& options)>;
+LoadRank load_folder(const std::filesystem::path& folder);
+
 class LocalTpRanks {
  public:
   using MakeBackend = std::function<std::unique_ptr<Backend>(int rank)>;
@@ -30,6 +36,8 @@ class LocalTpRanks {
   // (E_TP_CUT and the like come from rank 0's own load, before anything is allocated).
   LocalTpRanks(int size, std::chrono::milliseconds collective_timeout, const std::filesystem::path& folder,
                LoadOptions options, const MakeBackend& make_backend);
+  LocalTpRanks(int size, std::chrono::milliseconds collective_timeout, LoadRank load, LoadOptions options,
+               const MakeBackend& make_backend);
   ~LocalTpRanks();  // tells the followers to stop and joins them
   LocalTpRanks(const LocalTpRanks&) = delete;
   LocalTpRanks& operator=(const LocalTpRanks&) = delete;

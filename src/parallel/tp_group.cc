@@ -44,6 +44,10 @@ TpLayout resolve_tp(const TpFlags& f) {
 
 TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, LoadOptions load,
                  const MakeBackend& make_backend, int threads)
+    : TpGroup(layout, load_folder(folder), std::move(load), make_backend, threads) {}
+
+TpGroup::TpGroup(const TpLayout& layout, LoadRank load_rank, LoadOptions load,
+                 const MakeBackend& make_backend, int threads)
     : layout_(layout) {
   try {
     if (!layout.nodes.empty()) {
@@ -53,7 +57,7 @@ TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, Lo
       load.comm = net_.get();
       backend_ = make_backend(threads, layout.rank);
       collectives_ = backend_->join_tp(*net_, layout.timeout);
-      lm_ = load_model(folder, *backend_, load);
+      lm_ = load_rank(*backend_, load);
       net_->barrier("load", kLoadDeadline);
       engine_ = std::make_unique<Engine>(*backend_, *lm_->model);
       if (layout.rank == 0) leader_ = std::make_unique<TpLeader>(*net_, *engine_);
@@ -61,11 +65,11 @@ TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, Lo
       // Each in-process rank gets its share of the threads.
       const int all = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
       const int per_rank = std::max(1, all / layout.size);
-      ranks_ = std::make_unique<LocalTpRanks>(layout.size, layout.timeout, folder, load,
+      ranks_ = std::make_unique<LocalTpRanks>(layout.size, layout.timeout, load_rank, load,
                                               [&](int rank) { return make_backend(per_rank, rank); });
     } else {
       backend_ = make_backend(threads, 0);
-      lm_ = load_model(folder, *backend_, load);
+      lm_ = load_rank(*backend_, load);
       engine_ = std::make_unique<Engine>(*backend_, *lm_->model);
     }
   } catch (const std::exception& e) {

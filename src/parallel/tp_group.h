@@ -48,6 +48,10 @@ class TpGroup {
   // core), shared out between in-process ranks. Throws the load's errors (E_TP_CUT before anything loads).
   TpGroup(const TpLayout& layout, const std::filesystem::path& folder, LoadOptions options,
           const MakeBackend& make_backend, int threads);
+  // The same with each rank's model from `load` (a model built in memory: `bench --synthetic`). With
+  // --nodes every process calls it for its own rank, so it must give every process the same model.
+  TpGroup(const TpLayout& layout, LoadRank load, LoadOptions options, const MakeBackend& make_backend,
+          int threads);
   ~TpGroup();  // a group torn down by an exception tells the other processes why
   TpGroup(const TpGroup&) = delete;
   TpGroup& operator=(const TpGroup&) = delete;

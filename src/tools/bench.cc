@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -29,6 +30,7 @@
 #ifdef BLOOMERY_HAVE_CUDA
 #include <cuda_profiler_api.h>
 
+#include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/host_table.h"
@@ -53,8 +55,10 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"pdl", "pdl"},
                                                        {"gemv-x", "x-once"},
                                                        {"gemv-group", "grouped"},
+                                                       {"gemv-tc", "gemv-tensor-cores"},
                                                        {"block-ops", "block-ops"},
-                                                       {"router", "warp-router"}};
+                                                       {"router", "warp-router"},
+                                                       {"flash-attn", "flash-attn"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -128,11 +132,12 @@ struct Roofline {
   double gbps = 0, fraction = 0;
 };
 
+// With TP (tp_size > 1) it is one rank's: `costs` are that rank's slices, the state its heads'.
 Roofline roofline(const BenchRow& r, const std::vector<WeightCost>& costs, const std::string& family,
-                  const nlohmann::json& text, const std::string& backend, double bw) {
+                  const nlohmann::json& text, const std::string& backend, double bw, int tp_size) {
   Roofline f;
   const int64_t mean_depth = (r.depth + std::max(r.depth, r.depth_end)) / 2;
-  f.bytes = decode_bytes(costs, family, text, backend, mean_depth, r.conc);
+  f.bytes = decode_bytes(costs, family, text, backend, mean_depth, r.conc, tp_size);
   const double step_s = percentile(r.ms, 0.5) / 1e3;
   f.gbps = step_s > 0 ? static_cast<double>(f.bytes.total()) / step_s / 1e9 : 0.0;
   f.fraction = bw > 0 ? f.gbps * 1e9 / bw : 0.0;
@@ -206,11 +211,15 @@ int run_bench(int argc, char** argv) {
          "(BLOOMERY_CUDA_GEMV_X_ONCE=0) "
          "against once per warp, rows 'tgN' and 'tgN+x-once'; 'gemv-group' the products of one input one "
          "launch each (BLOOMERY_CUDA_GEMV_GROUP=0) "
-         "against one launch per weight width (the default), rows 'tgN' and 'tgN+grouped'; 'block-ops' the "
+         "against one launch per weight width (the default), rows 'tgN' and 'tgN+grouped'; 'gemv-tc' the "
+         "decode GEMV's BF16 products on the split-K kernel against the tensor-core kernel "
+         "(BLOOMERY_CUDA_GEMV_TC=1), rows 'tgN' and 'tgN+gemv-tensor-cores'; 'block-ops' the "
          "block ops as separate kernels (BLOOMERY_CUDA_BLOCK_OPS=0) against fused (split_cols, "
          "hc_inject_norm, row-scaled accumulating products), rows 'tgN' and 'tgN+block-ops'; 'router' the "
          "router's block per token (BLOOMERY_CUDA_ROUTER_WARP=0) against a warp per token, rows 'tgN' and "
-         "'tgN+warp-router'. pp rows alternate too")
+         "'tgN+warp-router'; 'flash-attn' prompt attention on the scalar kernel "
+         "(BLOOMERY_CUDA_FLASH_ATTENTION=0) against the tensor cores, rows 'ppN' and 'ppN+flash-attn'. pp "
+         "rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -278,9 +287,6 @@ int run_bench(int argc, char** argv) {
     return 0;
   }
   const TpLayout tp = resolve_tp(tp_flags);
-  if (tp.distributed() && !synthetic.empty())
-    raise("E_BENCH_ARGS", Where{"", "", "--tp"}, "-m <folder> (the synthetic builder does not cut)",
-          "--synthetic");
   tp_backend(tp, backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   if (graphs_mode == "off") setenv("BLOOMERY_CUDA_GRAPHS", "0", 1);
@@ -289,11 +295,34 @@ int run_bench(int argc, char** argv) {
   // --tp / --nodes: every rank loads its slices first; rank 0 measures, its steps run on every rank.
   const auto t_load = Clock::now();
   std::unique_ptr<TpGroup> group;
+  std::unique_ptr<SyntheticModel> sm;  // --synthetic: the model (TP: rank 0's costs and bytes, no weights)
   if (tp.distributed()) {
-    check_backend_runs(backend_name, folder);
-    group = std::make_unique<TpGroup>(
-        tp, folder, LoadOptions{}, [&](int n, int rank) { return make_backend(backend_name, n, rank); },
-        threads);
+    auto make_rank_backend = [&](int n, int rank) { return make_backend(backend_name, n, rank); };
+    if (synthetic.empty()) {
+      check_backend_runs(backend_name, folder);
+      group = std::make_unique<TpGroup>(tp, folder, LoadOptions{}, make_rank_backend, threads);
+    } else {
+      // Every rank builds its own slices of one random model (synthetic_model.h: the pools are built once
+      // per process and seeded, so --nodes processes build the same one); rank 0's costs are the roofline's.
+      const int all = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+      const int rank_threads = tp.nodes.empty() ? std::max(1, all / tp.size) : threads;
+      auto report = std::make_unique<SyntheticModel>();
+      std::shared_ptr<SyntheticSource> source =
+          make_synthetic_source(synth_config(), parse_synthetic_layout(layout_name), threads);
+      const double source_s = source_seconds(*source);
+      // The report is this process's driving rank's (0, or its --node-rank).
+      auto keep_report = [&](const SyntheticModel& m, int rank) {
+        if (rank != tp.rank) return;
+        report->config = m.config;
+        report->costs = m.costs;
+        report->bytes_by_format = m.bytes_by_format;
+        report->table_bytes = m.table_bytes;
+        report->build_seconds = source_s + m.build_seconds;
+      };
+      LoadRank load = synthetic_load_rank(std::move(source), synthetic_hooks, rank_threads, keep_report);
+      group = std::make_unique<TpGroup>(tp, std::move(load), LoadOptions{}, make_rank_backend, threads);
+      sm = std::move(report);
+    }
     if (group->follower()) {
       group->follow();
       return 0;
@@ -312,16 +341,15 @@ int run_bench(int argc, char** argv) {
 
   std::unique_ptr<LoadedModel> own_lm;
   LoadedModel* lm = group ? &group->model() : nullptr;
-  std::unique_ptr<SyntheticModel> sm;
   Model* model = nullptr;
   std::vector<WeightCost> costs;
   nlohmann::json text;
   double load_s = 0;
   if (!synthetic.empty()) {
     const SyntheticLayout layout = parse_synthetic_layout(layout_name);
-    sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads);
+    if (!group) sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads);
     load_s = since(t_load);
-    model = sm->model.get();
+    model = group ? group->model().model.get() : sm->model.get();
     costs = sm->costs;
     text = sm->config.text;
     j["model"] = synth_name;
@@ -329,6 +357,7 @@ int run_bench(int argc, char** argv) {
     j["build_s"] = load_s;
     j["stored_bytes_by_format"] = sm->bytes_by_format;
     j["host_table_bytes"] = sm->table_bytes;
+    j["tp"] = tp.size;
   } else {
     if (!lm) {
       check_backend_runs(backend_name, folder);
@@ -347,7 +376,10 @@ int run_bench(int argc, char** argv) {
   j["family"] = info.family;
   const Backend::MemoryInfo mem = backend->memory_info();
   if (mem.total_bytes) j["memory_after_load"] = {{"free", mem.free_bytes}, {"total", mem.total_bytes}};
-  const DecodeBytes b0 = decode_bytes(costs, info.family, text, backend_name, 0, 1);
+  const DecodeBytes b0 = decode_bytes(costs, info.family, text, backend_name, 0, 1, tp.size);
+  // Under TP every byte figure (the line below, each tg row's MB/step, GB/s and roofline) is one rank's.
+  const std::string bytes_scope = tp.size > 1 ? fmt::format("per rank (tp {})", tp.size) : "whole model";
+  j["bytes_scope"] = bytes_scope;
   j["decode_bytes_c1_depth0"] = {
       {"dense", b0.dense}, {"experts", b0.experts}, {"state", b0.state}, {"state_modelled", b0.state_known}};
   j["repetitions"] = bp.repeats;
@@ -362,8 +394,10 @@ int run_bench(int argc, char** argv) {
     std::printf("copy bandwidth (%s, read + written, best of 5): %.1f GB/s\n",
                 backend_name == "cuda" ? "device-to-device cudaMemcpy" : "host memcpy, 1 thread", bw / 1e9);
     std::printf(
-        "decode bytes/token at depth 0, c 1: dense %.3f GB + selected experts %.3f GB + state %.3f GB%s\n",
-        b0.dense / 1e9, b0.experts / 1e9, b0.state / 1e9, b0.state_known ? "" : " (state not modelled)");
+        "decode bytes/token at depth 0, c 1, %s: dense %.3f GB + selected experts %.3f GB + state %.3f "
+        "GB%s\n",
+        bytes_scope.c_str(), b0.dense / 1e9, b0.experts / 1e9, b0.state / 1e9,
+        b0.state_known ? "" : " (state not modelled)");
     std::fflush(stdout);
   }
 
@@ -390,12 +424,16 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [cb](bool candidate) { cb->set_block_ops(candidate); };
       else if (ab_knob == "gemv-x")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_x_once(candidate); };
+      else if (ab_knob == "gemv-tc")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_tc(candidate); };
       else if (ab_knob == "pdl")
         hooks.set_ab = [](bool candidate) { cuda::set_pdl(candidate); };
       else if (ab_knob == "epilogue")
         hooks.set_ab = [cb](bool candidate) { cb->set_fuse_epilogues(candidate); };
       else if (ab_knob == "router")
         hooks.set_ab = [](bool candidate) { cuda::set_router_warp(candidate); };
+      else if (ab_knob == "flash-attn")
+        hooks.set_ab = [](bool candidate) { cuda::set_flash_attention(candidate); };
       else
         hooks.set_ab = [](bool candidate) { cuda::set_gemm_library(candidate); };
     }
@@ -430,7 +468,7 @@ int run_bench(int argc, char** argv) {
                   {"rollback_ms_median", percentile(r.rollback_ms, 0.5)},
                   {"graph_replayed", r.replayed}});
     } else if (r.test[0] == 't' && !r.skipped) {
-      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw);
+      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size);
       x.update({{"depth_end", r.depth_end},
                 {"bytes_per_step", f.bytes.total()},
                 {"bytes_per_token", f.bytes.total() / r.conc},
@@ -568,7 +606,7 @@ int run_bench(int argc, char** argv) {
     }
     char mb[32] = "", gb[32] = "", rf[32] = "";
     if (r.test[0] == 't') {
-      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw);
+      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size);
       std::snprintf(mb, sizeof mb, "%.1f", f.bytes.total() / 1e6);
       std::snprintf(gb, sizeof gb, "%.1f", f.gbps);
       std::snprintf(rf, sizeof rf, "%.1f%%", f.fraction * 100);
@@ -580,7 +618,9 @@ int run_bench(int argc, char** argv) {
   std::printf(
       "(pp ms: time to first token of the C prompts; tg ms: one decode step of all C sequences, "
       "greedy sampled; roofline: bytes one step reads / step time against the copy bandwidth; "
-      "experts per step estimated as E·(1-(1-k/E)^C))\n");
+      "experts per step estimated as E·(1-(1-k/E)^C); bytes %s)\n",
+      tp.size > 1 ? "per rank: rank 0's slices and state, against one card's bandwidth"
+                  : "of the whole model");
   if (!bp.spec_rows.empty())
     std::printf(
         "(verifyK ms: one K-row speculative forward_batch (the pending token + K-1 random drafts, every "

@@ -81,6 +81,16 @@ uint64_t qwen4_exp_state(const nlohmann::json& c, int64_t depth) {
 
 std::vector<WeightCost> weight_costs(const LoadedModel& lm) {
   std::vector<WeightCost> out;
+  // A TP rank: its jobs' read bytes are its slices' (the whole tensor's for a replicated one).
+  if (lm.config.tp_size > 1) {
+    for (const WeightJob& j : lm.jobs) {
+      uint64_t n = 1;
+      for (int64_t x : j.shape) n *= static_cast<uint64_t>(x);
+      const uint64_t rows = j.shape.empty() ? 1 : static_cast<uint64_t>(j.shape[0]);
+      out.push_back({j.name, j.record->module, rows, j.read_bytes, n * 4});
+    }
+    return out;
+  }
   for (const WeightRecord& r : lm.checkpoint.weights) {
     if (r.skipped) continue;
     out.push_back({r.name, r.module, r.rows(), r.stored_bytes(), r.rows() * r.cols() * 4});
@@ -88,8 +98,25 @@ std::vector<WeightCost> weight_costs(const LoadedModel& lm) {
   return out;
 }
 
+namespace {
+
+// The head counts of one TP rank's share of the recurrent state and KV cache (models.md §2.7, §3.12).
+nlohmann::json rank_heads(const nlohmann::json& c, int tp) {
+  if (tp <= 1) return c;
+  nlohmann::json r = c;
+  for (const char* k : {"linear_num_key_heads", "linear_num_value_heads"})
+    if (r.contains(k) && r[k].is_number_integer()) r[k] = r[k].get<int64_t>() / tp;
+  const int64_t hkv = cfg(c, "num_key_value_heads", 0);
+  if (hkv > 0) r["num_key_value_heads"] = hkv % tp == 0 ? hkv / tp : 1;
+  return r;
+}
+
+}  // namespace
+
 DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::string& family,
-                         const nlohmann::json& c, const std::string& backend, int64_t depth, int64_t conc) {
+                         const nlohmann::json& config, const std::string& backend, int64_t depth,
+                         int64_t conc, int tp_size) {
+  const nlohmann::json c = rank_heads(config, tp_size);
   const int64_t L = cfg(c, "num_hidden_layers", 0);
   const int64_t top_k = cfg(c, "num_experts_per_tok", 1);
   const int64_t ple_rows = (cfg(c, "ngram_size", 3) - 1) * cfg(c, "heads_per_ngram", 8);

@@ -20,7 +20,8 @@ struct WeightCost {
   uint64_t f32 = 0;     // rows · cols · 4 (what the CPU backend keeps)
 };
 
-// The weights of a folder loaded by load_model (skipped vision tensors left out).
+// The weights of a folder loaded by load_model (skipped vision tensors left out). A tensor-parallel rank's
+// (config.tp_size > 1): the weights it loaded, its slices' bytes.
 std::vector<WeightCost> weight_costs(const LoadedModel& lm);
 
 struct DecodeBytes {
@@ -37,10 +38,12 @@ struct DecodeBytes {
 // draft (MTP/NextN) layer is not counted: decode does not run it. The routed experts of a step are the union
 // over the C tokens; it is not observed but estimated as U(C) = E·(1 − (1 − k/E)^C) (targets.md §2.1),
 // exact for C = 1 and an upper bound for skewed routing. `family` and `config` (the text config) select
-// the state model (qwen3_next, qwen4_exp).
+// the state model (qwen3_next, qwen4_exp). tp_size > 1: one rank's bytes, given that rank's `weights`
+// (weight_costs, build_synthetic_rank); its state is its heads' (GDN key and value heads / tp_size, its
+// KV heads: Hkv / tp_size, or the one it keeps when they are replicated).
 DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::string& family,
                          const nlohmann::json& config, const std::string& backend, int64_t depth,
-                         int64_t conc = 1);
+                         int64_t conc = 1, int tp_size = 1);
 
 // Copy bandwidth in bytes/s (bytes read + written): the best of a few large device-to-device cudaMemcpy
 // for "cuda", a host memcpy on one thread for "cpu". Returns 0 when it cannot be measured.

@@ -8,12 +8,14 @@
 #include <cstring>
 #include <fstream>
 #include <mutex>
+#include <unordered_map>
 
 #include "core/error.h"
 #include "core/thread_pool.h"
 #include "formats/classify.h"
 #include "formats/elements.h"
 #include "formats/format_table.h"
+#include "formats/weight_slice.h"
 #include "models/model_registry.h"
 
 namespace bloomery::tools {
@@ -675,24 +677,122 @@ nlohmann::json limit_layers(const nlohmann::json& config, int64_t layers) {
   return c;
 }
 
-std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
-                                                SyntheticLayout layout, const SyntheticHooks& hooks,
-                                                int threads, uint64_t seed) {
+struct SyntheticSource {
+  SyntheticLayout layout = SyntheticLayout::Nvidia;
+  uint64_t seed = 42;
+  ModelConfig config;             // the whole model's (TP 1)
+  std::unique_ptr<Model> model;   // its declarations' owner
+  std::vector<TensorDecl> decls;  // the whole model's, in declaration order: a tensor's index seeds it
+  std::vector<Plan> plans;        // one per decl (Plan::decl points into decls)
+  std::unordered_map<std::string, size_t> index;  // name → plan
+  std::map<std::string, Pool> pools;
+  double build_seconds = 0;
+  // Streamed tables, built by the first rank that needs one and shared by the others (the 51 GB PLE table
+  // once per process, not once per rank; host tables only read their bytes).
+  std::mutex table_mu;
+  std::map<size_t, SyntheticTable> tables;
+
+  const SyntheticTable& table(size_t i, ThreadPool& tp) {
+    std::lock_guard<std::mutex> lock(table_mu);
+    auto it = tables.find(i);
+    if (it != tables.end()) return it->second;
+    const int64_t parts = cfg_int(config.text, "split_ngram_parts", 1);
+    return tables.emplace(i, build_table(plans[i], pools, parts, tp, mix(seed + 7919 * i))).first->second;
+  }
+};
+
+namespace {
+
+// A stand-in record of a synthetic tensor, so the format layer's own unit check judges its cut
+// (check_cut: the format table's tp units, FP8 blocks' tile).
+WeightRecord record_of(const Plan& p) {
+  WeightRecord r;
+  r.name = p.decl->name;
+  r.module = p.module;
+  r.format = p.format;
+  r.shape = {p.rows, p.cols};
+  if (p.format == FormatId::FP8_BLOCK) r.block_n = r.block_k = 128;
+  return r;
+}
+
+// A rank's cut of one tensor's stored bytes, cut as formats/weight_slice.cc cuts a checkpoint's: rows are
+// their byte ranges (and their scale rows, or scale-grid rows), columns each row's element range and
+// block-scale range; the global scale is shared. The slice decodes to exactly the slice of the decoded whole
+// (the format layer's slice tests), so the ranks hold the TP 1 model's weights.
+void slice_stored(const Plan& p, const Built& whole, const TensorCut& cut, Built& out) {
+  const WeightBytes& w = whole.bytes;
+  const PartSizes& s = p.sizes;
+  out.bytes = w;
+  out.own_global.assign(w.global_scale.begin(), w.global_scale.end());
+  if (cut.axis == TensorCut::Axis::Rows) {
+    const bool grid = s.block_scale && s.block_scale_rows != p.rows;  // FP8 blocks: one scale row per tile
+    for (const auto& [b, e] : cut.ranges) {
+      out.own_main.insert(out.own_main.end(), w.main.begin() + b * s.main_row,
+                          w.main.begin() + e * s.main_row);
+      if (!s.block_scale) continue;
+      const uint64_t bn = grid ? static_cast<uint64_t>(w.block_n) : 1;
+      const uint64_t g0 = b / bn, g1 = (e + bn - 1) / bn;
+      out.own_scale.insert(out.own_scale.end(), w.block_scale.begin() + g0 * s.block_scale_row,
+                           w.block_scale.begin() + g1 * s.block_scale_row);
+    }
+    out.bytes.rows = cut.count();
+  } else {
+    const uint64_t c0 = cut.ranges[0].first, c1 = cut.ranges[0].second, K = p.cols, n = c1 - c0;
+    const uint64_t e0 = c0 * s.main_row / K, en = n * s.main_row / K;  // whole bytes: checked by the units
+    out.own_main.resize(p.rows * en);
+    for (uint64_t r = 0; r < p.rows; ++r)
+      std::memcpy(out.own_main.data() + r * en, w.main.data() + r * s.main_row + e0, en);
+    if (s.block_scale) {
+      // Scale columns: the format's block, or the tile (FP8 blocks).
+      const int fk = format_info(p.format).block_k;
+      const uint64_t bk = fk > 0 ? uint64_t(fk) : w.block_k > 0 ? uint64_t(w.block_k) : K;
+      const uint64_t elem = s.block_scale_row / ((K + bk - 1) / bk);
+      const uint64_t s0 = c0 / bk, sn = (c1 + bk - 1) / bk - s0;
+      out.own_scale.resize(s.block_scale_rows * sn * elem);
+      for (uint64_t g = 0; g < s.block_scale_rows; ++g)
+        std::memcpy(out.own_scale.data() + g * sn * elem,
+                    w.block_scale.data() + g * s.block_scale_row + s0 * elem, sn * elem);
+    }
+    out.bytes.cols = n;
+  }
+  out.bytes.main = out.own_main;
+  out.bytes.block_scale = out.own_scale;
+  out.bytes.global_scale = out.own_global;
+}
+
+// The stored bytes of every part of a built weight (what it costs in memory and per read).
+uint64_t stored_bytes(const WeightBytes& w) {
+  return w.main.size() + w.block_scale.size() + w.global_scale.size();
+}
+
+uint64_t numel(const std::vector<int64_t>& shape) {
+  uint64_t n = 1;
+  for (int64_t x : shape) n *= static_cast<uint64_t>(x);
+  return n;
+}
+
+}  // namespace
+
+std::shared_ptr<SyntheticSource> make_synthetic_source(const nlohmann::json& config, SyntheticLayout layout,
+                                                       int threads, uint64_t seed) {
   const auto t0 = Clock::now();
-  auto sm = std::make_unique<SyntheticModel>();
+  auto src = std::make_shared<SyntheticSource>();
+  src->layout = layout;
+  src->seed = seed;
   // The multimodal wrapper's prefix, as the shipped checkpoint names its text tensors.
-  sm->config = read_model_config(config, prefix_probe(config));
-  sm->model = create_model(sm->config);
-  const std::vector<TensorDecl> decls = shaped_decls(*sm->model, sm->config.text);
+  src->config = read_model_config(config, prefix_probe(config));
+  src->model = create_model(src->config);
+  src->decls = shaped_decls(*src->model, src->config.text);
 
   // Plans, and the largest window each pool must serve.
-  const std::vector<Plan> plans = make_plans(decls, layout, sm->model->info().family);
-  std::map<std::string, Pool> pools;
+  src->plans = make_plans(src->decls, layout, src->model->info().family);
+  for (size_t i = 0; i < src->plans.size(); ++i) src->index.emplace(src->plans[i].decl->name, i);
+  std::map<std::string, Pool>& pools = src->pools;
   auto need = [&](Kind k, double std, uint64_t bytes) {
     Pool& p = pools[pool_key(k, std)];
     p.kind = k, p.std = std, p.need = std::max(p.need, bytes);
   };
-  for (const Plan& p : plans) {
+  for (const Plan& p : src->plans) {
     if (p.table) {  // tables copy pool windows repeatedly: a modest pool serves any size
       const bool nv = p.format == FormatId::NVFP4;
       need(nv ? Kind::Nibbles : Kind::E4m3Elem, 0, std::min<uint64_t>(p.sizes.main, 64u << 20));
@@ -704,7 +804,8 @@ std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Ba
     }
   }
 
-  // Pools: a quarter larger than the largest window, so windows of equal-sized tensors differ.
+  // Pools: a quarter larger than the largest window, so windows of equal-sized tensors differ. Each chunk
+  // has its own seed, so the bytes do not depend on the thread count (--nodes processes agree).
   ThreadPool tp(threads);
   uint64_t pool_seed = seed;
   for (auto& [key, p] : pools) {
@@ -719,45 +820,126 @@ std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Ba
       }
     });
   }
+  src->build_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return src;
+}
 
+double source_seconds(const SyntheticSource& source) {
+  return source.build_seconds;
+}
+
+std::unique_ptr<SyntheticModel> build_synthetic_rank(SyntheticSource& src, Backend& backend,
+                                                     const SyntheticHooks& hooks, int tp_rank, int tp_size,
+                                                     Communicator* comm, int threads) {
+  const auto t0 = Clock::now();
+  auto sm = std::make_unique<SyntheticModel>();
+  sm->config = src.config;
+  sm->config.tp_rank = tp_rank;
+  sm->config.tp_size = tp_size;
+  sm->config.comm = comm;
+  sm->model = create_model(sm->config);  // the family's E_TP_CUT for a world size its shapes do not divide
+  const std::vector<TensorDecl> decls = shaped_decls(*sm->model, sm->config.text);
+
+  // Every declaration's whole-model plan (its format, fill and seed), and its cut checked against the
+  // format's units, before anything is built.
+  std::vector<size_t> which(decls.size());
+  for (size_t i = 0; i < decls.size(); ++i) {
+    const TensorDecl& d = decls[i];
+    const auto it = src.index.find(d.name);
+    if (it == src.index.end())
+      raise("E_BENCH_UNSUPPORTED", Where{"", d.name, ""}, "a tensor of the whole model (synthetic TP)",
+            fmt::format("declared by rank {} of {} only", tp_rank, tp_size));
+    which[i] = it->second;
+    const Plan& p = src.plans[it->second];
+    uint64_t have = p.rows * p.cols;
+    if (!d.cut.whole()) {
+      if (p.table)
+        raise("E_BENCH_UNSUPPORTED", Where{"", d.name, ""}, "a streamed table kept whole under TP", "a cut");
+      check_cut(record_of(p), d.cut);
+      have = d.cut.axis == TensorCut::Axis::Rows ? d.cut.count() * p.cols : p.rows * d.cut.count();
+    }
+    if (!d.shape.empty() && numel(d.shape) != have)
+      raise("E_DENSE_SHAPE", Where{"", d.name, "shape"}, shape_string(d.shape),
+            fmt::format("{} elements in rank {}'s part of [{}, {}]", have, tp_rank, p.rows, p.cols));
+  }
+
+  ThreadPool tp(threads);
+  std::vector<Weight> made(decls.size());
+  std::vector<WeightCost> costs(decls.size());
   // Tables first (their shard fill runs on the pool), then every other tensor in parallel.
-  std::vector<Weight> made(plans.size());
-  std::mutex upload_mu;  // Backend::upload_weight is not promised to be thread-safe
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const Plan& p = plans[i];
+  for (size_t i = 0; i < decls.size(); ++i) {
+    const Plan& p = src.plans[which[i]];
     if (!p.table) continue;
-    const int64_t parts = cfg_int(sm->config.text, "split_ngram_parts", 1);
-    SyntheticTable t = build_table(p, pools, parts, tp, mix(seed + 7919 * i));
+    const SyntheticTable& t = src.table(which[i], tp);
     if (hooks.table) {
       made[i] = hooks.table(p.decl->name, p.decl->shape, t);
     } else {
       const std::vector<float> f = decode_table(t);
       made[i] = backend.upload_weight(p.decl->name, f, p.decl->shape);
     }
+    costs[i] = {p.decl->name, p.module, p.rows, p.sizes.main + p.sizes.block_scale + p.sizes.global_scale,
+                p.rows * p.cols * 4};
   }
-  tp.parallel_for(static_cast<int64_t>(plans.size()), [&](int64_t a, int64_t b) {
+  std::mutex upload_mu;  // Backend::upload_weight is not promised to be thread-safe
+  tp.parallel_for(static_cast<int64_t>(decls.size()), [&](int64_t a, int64_t b) {
     for (int64_t i = a; i < b; ++i) {
-      const Plan& p = plans[i];
+      const TensorDecl& d = decls[i];
+      const Plan& p = src.plans[which[i]];
       if (p.table) continue;
-      Built bt;
-      build_bytes(p, pools, mix(seed + 0x51ED * static_cast<uint64_t>(i + 1)), bt);
+      // The whole tensor's bytes (seeded by its whole-model index), then the rank's cut of them.
+      Built whole, part;
+      build_bytes(p, src.pools, mix(src.seed + 0x51ED * static_cast<uint64_t>(which[i] + 1)), whole);
+      if (!d.cut.whole()) slice_stored(p, whole, d.cut, part);
+      const Built& bt = d.cut.whole() ? whole : part;
+      const std::vector<int64_t>& shape = d.shape.empty() ? p.decl->shape : d.shape;
+      costs[i] = {d.name, p.module, bt.bytes.rows, stored_bytes(bt.bytes), bt.bytes.rows * bt.bytes.cols * 4};
       if (hooks.stored) {
-        made[i] = hooks.stored(p.decl->name, p.decl->shape, bt.bytes);
+        made[i] = hooks.stored(d.name, shape, bt.bytes);
         continue;
       }
       Warnings warnings;
-      validate_weight_bytes(bt.bytes, Where{"", p.decl->name, ""}, warnings);
-      std::vector<float> f(p.rows * p.cols);
-      decode_rows(bt.bytes, 0, p.rows, f.data());
+      validate_weight_bytes(bt.bytes, Where{"", d.name, ""}, warnings);
+      std::vector<float> f(bt.bytes.rows * bt.bytes.cols);
+      decode_rows(bt.bytes, 0, bt.bytes.rows, f.data());
       std::lock_guard<std::mutex> lock(upload_mu);
-      made[i] = backend.upload_weight(p.decl->name, f, p.decl->shape);
+      made[i] = backend.upload_weight(d.name, f, shape);
     }
   });
 
-  account(plans, sm->costs, sm->bytes_by_format, sm->table_bytes);
-  for (size_t i = 0; i < plans.size(); ++i) sm->weights.put(plans[i].decl->name, std::move(made[i]));
+  for (size_t i = 0; i < decls.size(); ++i) {
+    const Plan& p = src.plans[which[i]];
+    sm->bytes_by_format[std::string(format_name(p.format))] += costs[i].stored;
+    if (p.table) sm->table_bytes += costs[i].stored;
+  }
+  sm->costs = std::move(costs);
+  for (size_t i = 0; i < decls.size(); ++i) sm->weights.put(decls[i].name, std::move(made[i]));
   sm->model->bind(backend, sm->weights);
   sm->build_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return sm;
+}
+
+LoadRank synthetic_load_rank(std::shared_ptr<SyntheticSource> source,
+                             std::function<SyntheticHooks(Backend&)> hooks_for, int threads,
+                             std::function<void(const SyntheticModel&, int rank)> on_built) {
+  return [source, hooks_for, threads, on_built](Backend& be, const LoadOptions& o) {
+    std::unique_ptr<SyntheticModel> sm = build_synthetic_rank(
+        *source, be, hooks_for ? hooks_for(be) : SyntheticHooks{}, o.tp_rank, o.tp_size, o.comm, threads);
+    if (on_built) on_built(*sm, o.tp_rank);
+    auto lm = std::make_unique<LoadedModel>();
+    lm->folder = "synthetic " + source->model->info().family;
+    lm->config = sm->config;
+    lm->weights = std::move(sm->weights);  // the map's nodes move with it: what bind() saw stays put
+    lm->model = std::move(sm->model);
+    return lm;
+  };
+}
+
+std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
+                                                SyntheticLayout layout, const SyntheticHooks& hooks,
+                                                int threads, uint64_t seed) {
+  const std::shared_ptr<SyntheticSource> src = make_synthetic_source(config, layout, threads, seed);
+  std::unique_ptr<SyntheticModel> sm = build_synthetic_rank(*src, backend, hooks, 0, 1, nullptr, threads);
+  sm->build_seconds += src->build_seconds;
   return sm;
 }
 

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "formats/decode.h"
 #include "models/model.h"
+#include "parallel/local_ranks.h"
 #include "tools/bench_bytes.h"
 
 namespace bloomery::tools {
@@ -96,5 +97,32 @@ SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layou
 std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
                                                 SyntheticLayout layout, const SyntheticHooks& hooks,
                                                 int threads = 0, uint64_t seed = 42);
+
+// ---- tensor parallelism (`bench --synthetic … --tp N`) ----
+// What every rank's build draws from: the whole (TP 1) model's per-tensor plans, each seeded by its index
+// in the whole model's declarations, and the random pools. A rank generates a tensor's whole stored bytes
+// (pool windows: nothing is copied) and keeps only its cut of them, sliced as the format layer slices a
+// checkpoint's (formats/weight_slice.h), so TP N runs exactly the slices of the TP 1 model's weights and
+// replicated tensors (norms, routers, embeddings) are the same bytes on every rank. Built once per process
+// (in-process ranks share the pools and the PLE table); the bytes depend only on the config, the layout and
+// the seed, so processes of one --nodes group build the same model.
+struct SyntheticSource;
+std::shared_ptr<SyntheticSource> make_synthetic_source(const nlohmann::json& config, SyntheticLayout layout,
+                                                       int threads = 0, uint64_t seed = 42);
+double source_seconds(const SyntheticSource& source);  // the time make_synthetic_source took (the pools)
+// Rank tp_rank of tp_size (comm: its communicator; null for tp_size 1): the family declares the rank's
+// shapes and cuts (models/tp_shard.h), and the rank builds only those. Refuses, before anything is
+// built, a world size the shapes do not divide (the family's E_TP_CUT) and a cut off the stored format's
+// unit (E_TP_CUT, as for a checkpoint). `costs` and `bytes_by_format` are the rank's own (its slices).
+std::unique_ptr<SyntheticModel> build_synthetic_rank(SyntheticSource& source, Backend& backend,
+                                                     const SyntheticHooks& hooks, int tp_rank, int tp_size,
+                                                     Communicator* comm, int threads = 0);
+// The TP group's way to get a rank's model (TpGroup, LocalTpRanks): build_synthetic_rank for the rank the
+// options name, with hooks_for(that rank's backend), as a LoadedModel (config, weights, model; no
+// checkpoint). `on_built`, when set, sees each rank's SyntheticModel first (costs, bytes, build time), from
+// that rank's thread.
+LoadRank synthetic_load_rank(std::shared_ptr<SyntheticSource> source,
+                             std::function<SyntheticHooks(Backend&)> hooks_for, int threads,
+                             std::function<void(const SyntheticModel&, int rank)> on_built = nullptr);
 
 }  // namespace bloomery::tools
