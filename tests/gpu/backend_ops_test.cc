@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/cuda/attention/flash_attention.h"
 #include "backend_util.h"
 
 namespace bloomery::gputest {
@@ -147,6 +148,99 @@ TEST_F(CudaOps, AttentionDecodeAndPrompt) {
         ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros, " << what;
     }
     std::printf("[attention] %s mask=%d: max|gpu-cpu|/max|cpu| = %.2e\n", what.c_str(), cs.mask, r);
+  }
+}
+
+// The prompt kernel on the tensor cores (attention/flash_attention.cu) against the CPU and against the scalar
+// kernel it replaces: every head dim it takes, GQA groups of 1, 6 and 12, prompts that are not a multiple of
+// its 64-token tile, prompts appended to a cached context (q0 > 0), QSA-style masks (a third of the keys off,
+// query 0 sees nothing), fresh data per case and the output poisoned with NaN first, so an unwritten element
+// fails. Bound: split BF16 operands keep ~2^-17 of each product, so 1e-4 of the largest output as the scalar
+// kernel's own bound. Two runs must agree bit for bit.
+TEST_F(CudaOps, FlashAttentionPrompt) {
+  struct Case {
+    int64_t T, q0;
+    bool mask;
+    int64_t Hq, Hkv, d;
+  };
+  ASSERT_TRUE(cuda::flash_attention_enabled()) << "the prompt kernel is on by default";
+  for (const Case& cs :
+       {Case{16, 0, false, 24, 2, 256}, Case{300, 0, true, 24, 2, 256}, Case{130, 777, true, 24, 2, 256},
+        Case{64, 0, false, 16, 2, 256}, Case{200, 50, false, 8, 8, 128}, Case{97, 0, true, 6, 2, 32},
+        Case{129, 31, false, 4, 2, 64}, Case{40, 0, true, 12, 1, 128}}) {
+    const int64_t T = cs.T, S = cs.q0 + cs.T, Hq = cs.Hq, Hkv = cs.Hkv, d = cs.d;
+    ASSERT_TRUE(cuda::flash_attention_applies(
+        T, Hq, d, Hkv, d, reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16),
+        reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16)));
+    auto [qc, qg] = both(randn(T * Hq * d, 2.0f), {T, Hq, d});
+    auto [kc, kg] = both(randn(S * Hkv * d), {S, Hkv, d});
+    auto [vc, vg] = both(randn(S * Hkv * d), {S, Hkv, d});
+    std::vector<float> allowed(T * S, 1.0f);
+    if (cs.mask) {
+      for (auto& a : allowed) a = (rng_() % 3) ? 1.0f : 0.0f;
+      for (int64_t j = 0; j < S; ++j) allowed[j] = 0.0f;  // query 0 sees nothing: zeros
+    }
+    auto [ac, ag] = both(allowed, {T, S});
+    const Tensor* mc = cs.mask ? &ac : nullptr;
+    const Tensor* mg = cs.mask ? &ag : nullptr;
+    Tensor oc = cpu_->alloc({T, Hq, d}), og = gpu_->alloc({T, Hq, d}), os = gpu_->alloc({T, Hq, d});
+    cpu_->attention(oc, qc, kc, vc, cs.q0, 0.0625f, mc);
+    gpu_->fill(og, NAN);
+    gpu_->attention(og, qg, kg, vg, cs.q0, 0.0625f, mg);
+    const auto g = gpu_->download(og), c = cpu_->download(oc);
+    cuda::set_flash_attention(false);
+    gpu_->attention(os, qg, kg, vg, cs.q0, 0.0625f, mg);
+    cuda::set_flash_attention(true);
+    const auto sc = gpu_->download(os);
+    gpu_->fill(og, NAN);
+    gpu_->attention(og, qg, kg, vg, cs.q0, 0.0625f, mg);
+    const std::string what = "T=" + std::to_string(T) + " q0=" + std::to_string(cs.q0) +
+                             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                             " d=" + std::to_string(d) + (cs.mask ? " masked" : "");
+    EXPECT_EQ(gpu_->download(og), g) << "two runs differ, " << what;
+    const double r = max_rel(g, c), rs = max_rel(g, sc);
+    EXPECT_LE(r, 1e-4) << what;
+    EXPECT_LE(rs, 1e-4) << "against the scalar kernel, " << what;
+    if (cs.mask)
+      for (int64_t e = 0; e < Hq * d; ++e)
+        ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros, " << what;
+    std::printf("[flash attention] %s: max|gpu-cpu|/max|cpu| = %.2e, vs scalar kernel %.2e\n", what.c_str(),
+                r, rs);
+  }
+}
+
+// Prompt attention at qwen4_exp's shapes (24 query heads over 2 KV heads, d 256, a QSA-style mask), the
+// tensor- core kernel against the scalar one: time per call and the rate of the causal work (4·T·S/2·Hq·d
+// FLOP).
+TEST_F(CudaOps, FlashAttentionTimings) {
+  for (int64_t T : {1024, 4096}) {
+    const int64_t Hq = 24, Hkv = 2, d = 256;
+    Tensor q = gpu_->upload(randn(T * Hq * d), {T, Hq, d}), k = gpu_->upload(randn(T * Hkv * d), {T, Hkv, d});
+    Tensor v = gpu_->upload(randn(T * Hkv * d), {T, Hkv, d}), o = gpu_->alloc({T, Hq, d});
+    std::vector<float> allowed(T * T);
+    for (auto& a : allowed) a = (rng_() % 4) ? 1.0f : 0.0f;
+    Tensor m = gpu_->upload(allowed, {T, T});
+    for (bool flash : {false, true}) {
+      cuda::set_flash_attention(flash);
+      gpu_->attention(o, q, k, v, 0, 0.0625f, &m);
+      gpu_->synchronize();
+      cudaEvent_t a, b;
+      cudaEventCreate(&a), cudaEventCreate(&b);
+      const int reps = flash ? 10 : 2;
+      cudaEventRecord(a);
+      for (int i = 0; i < reps; ++i) gpu_->attention(o, q, k, v, 0, 0.0625f, &m);
+      cudaEventRecord(b);
+      cudaEventSynchronize(b);
+      float ms = 0;
+      cudaEventElapsedTime(&ms, a, b);
+      cudaEventDestroy(a), cudaEventDestroy(b);
+      ms /= reps;
+      const double flop = 4.0 * T * (T / 2.0) * Hq * d;
+      std::printf("[time] prompt attention T=%lld (24/2 heads, d 256, masked) %s: %.3f ms, %.1f TFLOP/s\n",
+                  static_cast<long long>(T), flash ? "tensor cores" : "scalar", ms,
+                  flop / (ms * 1e-3) / 1e12);
+    }
+    cuda::set_flash_attention(true);
   }
 }
 

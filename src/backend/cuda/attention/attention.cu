@@ -2,9 +2,11 @@
 // online softmax in f32 (running max and sum), causal limit q0 + t and an optional allowed mask [T, S].
 // Each warp scores keys with coalesced reads of a key row; each thread owns output dims e ≡ tid (mod 128).
 // Decode (few query rows, long cache) splits the keys over several blocks and merges (m, l, o) partials.
+// Prompts take the tensor-core kernel (flash_attention.cu) where it applies; this one is its reference.
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
@@ -128,6 +130,8 @@ void attention(float* out, const float* q, const float* k, const float* v, const
                            std::to_string(d) + "] kv[" + std::to_string(S) + ", " + std::to_string(Hkv) +
                            ", " + std::to_string(dv) + "]";
   if (dv > kThreads * kMaxDvPerThread) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": dv > 512");
+  if (flash_attention_applies(T, Hq, d, Hkv, dv, q, k, v, out))
+    return flash_attention(out, q, k, v, allowed, T, Hq, d, S, Hkv, q0, scale, s);
   // Few (t, h) blocks over a long cache (decode): split the keys into chunks of kSplitKeys so the card fills,
   // then merge. Prompts have T·Hq blocks already.
   const int64_t S_used = q0 + T;

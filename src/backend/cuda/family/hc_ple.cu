@@ -20,9 +20,11 @@ __global__ void hc_read_mix_k(float* u, const float* m, const float* xn, int64_t
   pdl_wait();
   pdl_launch_dependents();
   const float nf = static_cast<float>(n);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < T * D;
-       i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / D, d = i % D;
+  // Tokens on x (strided), one column per thread on y: no 64-bit division of a flat index per element.
+  const int64_t d = blockIdx.y * int64_t(blockDim.x) + threadIdx.x;
+  if (d >= D) return;
+  for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+    const int64_t i = t * D + d;
     float acc = 0.0f;
     for (int s = 0; s < n; ++s) {
       const int64_t j = (t * n + s) * D + d;
@@ -98,7 +100,9 @@ std::string shape(int64_t T, int n, int64_t D) {
 
 void hc_read_mix(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D, cudaStream_t s) {
   if (T * D == 0) return;
-  pdl_launch(hc_read_mix_k, hc_grid(T * D, 256), 256, 0, s, u, m, xn, T, n, D);
+  const dim3 grid(static_cast<unsigned>(T < 65535 * 16 ? T : 65535 * 16),
+                  static_cast<unsigned>((D + 255) / 256));
+  pdl_launch(hc_read_mix_k, grid, 256, 0, s, u, m, xn, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("hc_read_mix m " + shape(T, n, D));
 }
 

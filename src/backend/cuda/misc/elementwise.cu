@@ -61,10 +61,25 @@ __global__ void epilogue_k(float* y, Epilogue e, int64_t n) {
   GRID_STRIDE(i, n) y[i] = epilogue_apply(e.pre, e.act, e.post, y[i]);
 }
 
+// Row-wise kernels run on a 2-D grid, rows on x (strided) and runs of kRowCols columns on y, so that no
+// thread divides a 64-bit flat index by the row length: that division made the prompt's column splits run at
+// an eighth of the copy rate (docs/performance.md, "Prompt attention on the tensor cores").
+constexpr int64_t kRowCols = 4 * kThreads;
+
+dim3 row_grid(int64_t R, int64_t C) {
+  return dim3(static_cast<unsigned>(R < (int64_t{1} << 20) ? R : (int64_t{1} << 20)),
+              static_cast<unsigned>((C + kRowCols - 1) / kRowCols));
+}
+
+#define ROW_COLS(r, c, R, C)                                                                          \
+  for (int64_t r = blockIdx.x; r < (R); r += gridDim.x)                                               \
+    for (int64_t c = blockIdx.y * kRowCols + threadIdx.x, c##_end = blockIdx.y * kRowCols + kRowCols; \
+         c < (C) && c < c##_end; c += blockDim.x)
+
 __global__ void scale_rows_k(float* out, const float* x, const float* s, int64_t R, int64_t C) {
   pdl_wait();
   pdl_launch_dependents();
-  GRID_STRIDE(i, R * C) out[i] = x[i] * s[i / C];
+  ROW_COLS(r, c, R, C) out[r * C + c] = x[r * C + c] * s[r];
 }
 
 __global__ void swiglu_k(float* out, const float* gate, const float* up, float limit, int64_t n) {
@@ -84,18 +99,14 @@ __global__ void copy_cols_k(float* dst, int64_t ds, int64_t d0, const float* src
                             int64_t R, int64_t n) {
   pdl_wait();
   pdl_launch_dependents();
-  GRID_STRIDE(i, R * n) {
-    const int64_t r = i / n, c = i % n;
-    dst[r * ds + d0 + c] = src[r * ss + s0 + c];
-  }
+  ROW_COLS(r, c, R, n) dst[r * ds + d0 + c] = src[r * ss + s0 + c];
 }
 
 // Consecutive column blocks of src [R, ss] into up to kSplitMax outputs in one pass (split_cols).
 __global__ void split_cols_k(SplitCols a, const float* src, int64_t ss, int64_t R) {
   pdl_wait();
   pdl_launch_dependents();
-  GRID_STRIDE(i, R * a.total) {
-    const int64_t r = i / a.total, c = i % a.total;
+  ROW_COLS(r, c, R, a.total) {
     int p = 0;
     while (p + 1 < a.count && c >= a.c0[p + 1]) ++p;
     const int64_t n = (p + 1 < a.count ? a.c0[p + 1] : a.total) - a.c0[p];
@@ -144,7 +155,7 @@ void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s) {
 
 void scale_rows(float* out, const float* x, const float* sc, int64_t R, int64_t C, cudaStream_t s) {
   if (R * C == 0) return;
-  pdl_launch(scale_rows_k, grid_for(R * C, kThreads), kThreads, 0, s, out, x, sc, R, C);
+  pdl_launch(scale_rows_k, row_grid(R, C), kThreads, 0, s, out, x, sc, R, C);
   BLOOMERY_CUDA_CHECK_LAUNCH("scale_rows [" + std::to_string(R) + ", " + std::to_string(C) + "]");
 }
 
@@ -156,7 +167,7 @@ void swiglu(float* out, const float* gate, const float* up, float limit, int64_t
 
 void split_cols(const SplitCols& a, const float* src, int64_t ss, int64_t R, cudaStream_t s) {
   if (R * a.total == 0) return;
-  pdl_launch(split_cols_k, grid_for(R * a.total, kThreads), kThreads, 0, s, a, src, ss, R);
+  pdl_launch(split_cols_k, row_grid(R, a.total), kThreads, 0, s, a, src, ss, R);
   BLOOMERY_CUDA_CHECK_LAUNCH("split_cols [" + std::to_string(R) + ", " + std::to_string(a.total) + "] into " +
                              std::to_string(a.count));
 }
@@ -164,7 +175,7 @@ void split_cols(const SplitCols& a, const float* src, int64_t ss, int64_t R, cud
 void copy_cols(float* dst, int64_t ds, int64_t d0, const float* src, int64_t ss, int64_t s0, int64_t R,
                int64_t n, cudaStream_t s) {
   if (R * n == 0) return;
-  pdl_launch(copy_cols_k, grid_for(R * n, kThreads), kThreads, 0, s, dst, ds, d0, src, ss, s0, R, n);
+  pdl_launch(copy_cols_k, row_grid(R, n), kThreads, 0, s, dst, ds, d0, src, ss, s0, R, n);
   BLOOMERY_CUDA_CHECK_LAUNCH("copy_cols [" + std::to_string(R) + ", " + std::to_string(n) + "]");
 }
 

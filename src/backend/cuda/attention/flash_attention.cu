@@ -1,0 +1,402 @@
+// Prompt attention on the tensor cores (flash attention, FA2 order): the same product as attention_k in
+// attention.cu — softmax(q·kᵀ · scale) · v over the causal keys j ≤ q0 + t, narrowed by the optional allowed
+// mask [T, S] (QSA's sparse selection) — for prompts, where attention_k's scalar f32 block per (head, token)
+// took 450 ms of a 4,096-token prompt on the H200 (docs/performance.md). Hand-written because the mask is an
+// arbitrary per-(token, key) selection, which no library attention on sm_90 takes with split activations.
+//
+// Shape of the work. A block owns 64 query tokens of one query head (4 warps, 16 tokens each) and walks the
+// key tiles of its KV head in 32-key steps, double-buffered through cp.async; a warp computes its 16 × 32
+// scores with mma.sync m16n8k16, masks them, updates its running max and sum per row (online softmax in f32)
+// and adds P · V into a 16 × D f32 accumulator held in registers. Keys are read once per 64 queries instead
+// of once per query, from a BF16 copy made once per call (kv_split below).
+//
+// Accuracy. Every operand is split into BF16 hi + lo = x − hi (about 16 significant bits of the f32 value)
+// and each product takes the three terms hi·hi + hi·lo + lo·hi (the lo·lo term is below 2^-16 relative), so a
+// score carries a relative error of about 2^-15 of Σ|q·k| and the probabilities and values likewise, where
+// plain BF16 would carry 2^-8: the same hi + lo scheme as the prompt GEMMs' default mode, here on both
+// operands because both are activations. Accumulation and the softmax are f32.
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/attention/flash_attention.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/env_switch.h"
+#include "backend/cuda/misc/pdl.cuh"
+
+namespace bloomery::cuda {
+namespace {
+
+constexpr int kWarps = 4, kThreads = kWarps * 32;
+constexpr int kBQ = kWarps * 16;  // query tokens per block
+constexpr int kBK = 32;           // keys per tile
+constexpr int kPad = 8;  // BF16 elements of padding per shared row: rows 16 bytes off the bank period
+
+template <int D>
+struct Smem {
+  static constexpr int kRow = D + kPad;  // BF16 elements per shared row
+  // Q hi, Q lo [kBQ][kRow]; then two stages of K hi, K lo, V hi, V lo [kBK][kRow].
+  static constexpr int kQ = kBQ * kRow;
+  static constexpr int kTile = kBK * kRow;
+  static constexpr int kStage = 4 * kTile;
+  static constexpr size_t kBytes = (2 * static_cast<size_t>(kQ) + 2 * static_cast<size_t>(kStage)) * 2;
+};
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global → shared without a register round trip; zeros instead when !copy.
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool copy) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(copy ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() {
+  asm volatile("cp.async.commit_group;");
+}
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (lo, hi) floats as a bf16x2 word, and the rounding residues as a second word.
+__device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// kv_split: K and V [S, Hkv, D] f32 → hi and lo BF16 copies of each (same layout), four floats a thread.
+__global__ void kv_split(const float4* __restrict__ k, const float4* __restrict__ v, int64_t n4,
+                         uint2* __restrict__ khi, uint2* __restrict__ klo, uint2* __restrict__ vhi,
+                         uint2* __restrict__ vlo) {
+  pdl_wait();
+  pdl_launch_dependents();
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float4 a = k[i], b = v[i];
+    uint2 h, l;
+    split_pair(a.x, a.y, h.x, l.x);
+    split_pair(a.z, a.w, h.y, l.y);
+    khi[i] = h, klo[i] = l;
+    split_pair(b.x, b.y, h.x, l.x);
+    split_pair(b.z, b.w, h.y, l.y);
+    vhi[i] = h, vlo[i] = l;
+  }
+}
+
+struct FlashArgs {
+  float* out;
+  const float* q;
+  const __nv_bfloat16 *khi, *klo, *vhi, *vlo;  // [S, Hkv, D]
+  const float* allowed;                        // [T, S] or null
+  int64_t T, Hq, S, Hkv, q0;
+  float scale;
+};
+
+template <int D>
+__global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a) {
+  using L = Smem<D>;
+  constexpr int kRow = L::kRow;
+  extern __shared__ __align__(16) __nv_bfloat16 sm[];
+  __nv_bfloat16* qhi = sm;
+  __nv_bfloat16* qlo = sm + L::kQ;
+  __nv_bfloat16* stage0 = sm + 2 * L::kQ;
+
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, tq = lane & 3;
+  // Later query tiles see more keys: start them first so the last wave is the short tiles.
+  const int64_t qt = gridDim.x - 1 - blockIdx.x, h = blockIdx.y, kh = h / (a.Hq / a.Hkv);
+  const int64_t t0 = qt * kBQ;
+  const int64_t s_used = a.q0 + a.T;
+  const int64_t last_key = std::min(a.q0 + t0 + kBQ - 1, s_used - 1);
+  const int ntiles = static_cast<int>(last_key / kBK) + 1;
+
+  pdl_wait();
+  pdl_launch_dependents();
+
+  // One key tile (hi, lo of K and V) into stage `st`: each thread copies one 16-byte chunk column of every
+  // kRowsPerPass-th row; rows past the cache are zero-filled (their scores are masked, so they add nothing).
+  const __nv_bfloat16* const src[4] = {a.khi, a.klo, a.vhi, a.vlo};
+  const auto load_tile = [&](int kt, int st) {
+    constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
+    __nv_bfloat16* base = stage0 + st * L::kStage + (threadIdx.x % kChunks) * 8;
+#pragma unroll 1
+    for (int r = threadIdx.x / kChunks; r < kBK; r += kRowsPerPass) {
+      const int64_t j = static_cast<int64_t>(kt) * kBK + r;
+      const bool in = j < s_used;
+      const int64_t off = ((in ? j : 0) * a.Hkv + kh) * D + (threadIdx.x % kChunks) * 8;
+#pragma unroll
+      for (int part = 0; part < 4; ++part) cp_async16(base + part * L::kTile + r * kRow, src[part] + off, in);
+    }
+  };
+  load_tile(0, 0);
+  cp_async_commit();
+
+  // Q hi / lo for the block's tokens (rows past T repeat row T − 1; they are never stored).
+  for (int c = threadIdx.x; c < kBQ * (D / 4); c += kThreads) {
+    const int r = c / (D / 4), e = (c % (D / 4)) * 4;
+    const int64_t t = std::min<int64_t>(t0 + r, a.T - 1);
+    const float4 x = *reinterpret_cast<const float4*>(a.q + (t * a.Hq + h) * D + e);
+    uint2 hi, lo;
+    split_pair(x.x, x.y, hi.x, lo.x);
+    split_pair(x.z, x.w, hi.y, lo.y);
+    *reinterpret_cast<uint2*>(qhi + r * kRow + e) = hi;
+    *reinterpret_cast<uint2*>(qlo + r * kRow + e) = lo;
+  }
+
+  // This thread's two query rows (g and g + 8 of the warp's 16).
+  const int64_t tr[2] = {t0 + warp * 16 + g, t0 + warp * 16 + g + 8};
+  const float* arow[2] = {nullptr, nullptr};  // the rows' selection masks
+  if (a.allowed)
+    for (int ri = 0; ri < 2; ++ri) arow[ri] = a.allowed + (tr[ri] < a.T ? tr[ri] : 0) * a.S;
+  const int64_t warp_last_key = a.q0 + t0 + warp * 16 + 15;  // the warp's last visible key (causal)
+  float o[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) o[i][0] = o[i][1] = o[i][2] = o[i][3] = 0.0f;
+  float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+
+  for (int kt = 0; kt < ntiles; ++kt) {
+    if (kt + 1 < ntiles) {
+      load_tile(kt + 1, (kt + 1) & 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    const int64_t j0 = static_cast<int64_t>(kt) * kBK;
+    if (j0 <= warp_last_key) {  // a tile wholly past the warp's causal limit adds nothing
+      const __nv_bfloat16* st = stage0 + (kt & 1) * L::kStage;
+      const __nv_bfloat16 *khi = st, *klo = st + L::kTile, *vhi = st + 2 * L::kTile, *vlo = st + 3 * L::kTile;
+      // S = Q Kᵀ over D in k-steps of 16: four n8 tiles of keys.
+      float s[4][4] = {};
+#pragma unroll 2
+      for (int ks = 0; ks < D / 16; ++ks) {  // (partly unrolled: D = 256 spilled fully unrolled)
+        uint32_t ah[4], al[4];
+        const int qr = warp * 16 + (lane & 15), qc = ks * 16 + (lane >> 4) * 8;
+        ldmatrix_x4(ah, qhi + qr * kRow + qc);
+        ldmatrix_x4(al, qlo + qr * kRow + qc);
+#pragma unroll
+        for (int np = 0; np < 2; ++np) {  // two n8 tiles per ldmatrix.x4
+          const int mi = lane >> 3;
+          const int kr = np * 16 + (mi >> 1) * 8 + (lane & 7), kc = ks * 16 + (mi & 1) * 8;
+          uint32_t b[4];  // K hi, then K lo (one at a time: D = 256 runs at the register limit)
+          ldmatrix_x4(b, khi + kr * kRow + kc);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            mma_bf16(s[np * 2 + half], ah, b[half * 2], b[half * 2 + 1]);
+            mma_bf16(s[np * 2 + half], al, b[half * 2], b[half * 2 + 1]);
+          }
+          ldmatrix_x4(b, klo + kr * kRow + kc);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) mma_bf16(s[np * 2 + half], ah, b[half * 2], b[half * 2 + 1]);
+        }
+      }
+      // Scale, mask (causal, cache end, selection) and the online softmax update, per row.
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int ri = c >> 1;
+          const int64_t t = tr[ri], j = j0 + nt * 8 + tq * 2 + (c & 1);
+          bool vis = t < a.T && j <= a.q0 + t;
+          if (vis && arow[ri]) vis = arow[ri][j] != 0.0f;
+          const float v = vis ? s[nt][c] * a.scale : -INFINITY;
+          s[nt][c] = v;
+          mx[ri] = fmaxf(mx[ri], v);
+        }
+      float corr[2];
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) {
+        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xFFFFFFFFu, mx[ri], 1));
+        mx[ri] = fmaxf(mx[ri], __shfl_xor_sync(0xFFFFFFFFu, mx[ri], 2));
+        const float m_new = fmaxf(m[ri], mx[ri]);
+        corr[ri] = m_new == -INFINITY ? 1.0f : (m[ri] == -INFINITY ? 0.0f : expf(m[ri] - m_new));
+        m[ri] = m_new;
+      }
+      float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int nt = 0; nt < 4; ++nt)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const int ri = c >> 1;
+          const float p = s[nt][c] == -INFINITY ? 0.0f : expf(s[nt][c] - m[ri]);
+          s[nt][c] = p;
+          rs[ri] += p;
+        }
+#pragma unroll
+      for (int ri = 0; ri < 2; ++ri) l[ri] = l[ri] * corr[ri] + rs[ri];
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        o[i][0] *= corr[0], o[i][1] *= corr[0];
+        o[i][2] *= corr[1], o[i][3] *= corr[1];
+      }
+      // O += P V over the tile's keys in k-steps of 16: P's accumulator layout is the A operand's.
+#pragma unroll
+      for (int kk = 0; kk < kBK / 16; ++kk) {
+        uint32_t ph[4], pl[4];
+        split_pair(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
+        split_pair(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
+        split_pair(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
+        split_pair(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
+#pragma unroll
+        for (int np = 0; np < D / 16; ++np) {  // two n8 tiles of the value dims per ldmatrix.x4
+          const int mi = lane >> 3;
+          const int vr = kk * 16 + (mi & 1) * 8 + (lane & 7), vc = np * 16 + (mi >> 1) * 8;
+          uint32_t b[4];  // V hi, then V lo
+          ldmatrix_x4_trans(b, vhi + vr * kRow + vc);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            mma_bf16(o[np * 2 + half], ph, b[half * 2], b[half * 2 + 1]);
+            mma_bf16(o[np * 2 + half], pl, b[half * 2], b[half * 2 + 1]);
+          }
+          ldmatrix_x4_trans(b, vlo + vr * kRow + vc);
+#pragma unroll
+          for (int half = 0; half < 2; ++half) mma_bf16(o[np * 2 + half], ph, b[half * 2], b[half * 2 + 1]);
+        }
+      }
+    }
+    __syncthreads();  // the stage just read is the next load's target
+  }
+
+  // Row sums across the quad, then out = O / l (a row with no visible key gives zeros).
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 1);
+    l[ri] += __shfl_xor_sync(0xFFFFFFFFu, l[ri], 2);
+  }
+#pragma unroll
+  for (int ri = 0; ri < 2; ++ri) {
+    const int64_t t = tr[ri];
+    if (t >= a.T) continue;
+    const float inv = l[ri] > 0.0f ? 1.0f / l[ri] : 0.0f;
+    float* orow = a.out + (t * a.Hq + h) * D;
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i)
+      *reinterpret_cast<float2*>(orow + i * 8 + tq * 2) =
+          make_float2(o[i][ri * 2] * inv, o[i][ri * 2 + 1] * inv);
+  }
+}
+
+std::atomic<bool>& enabled_slot() {
+  static std::atomic<bool> on{!env_is("BLOOMERY_CUDA_FLASH_ATTENTION", "0")};
+  return on;
+}
+
+// The shared-memory opt-in, once per device and instantiation (a TP process drives several devices).
+template <int D>
+void opt_in_smem() {
+  static std::mutex mu;
+  static std::vector<char> done(64, 0);
+  int dev = 0;
+  BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "flash attention: current device");
+  std::lock_guard<std::mutex> lock(mu);
+  if (dev < int(done.size()) && done[size_t(dev)]) return;
+  BLOOMERY_CUDA_CHECK(
+      cudaFuncSetAttribute(flash_attention_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(Smem<D>::kBytes)),
+      "flash attention: shared memory attribute (" + std::to_string(Smem<D>::kBytes) + " bytes)");
+  if (dev < int(done.size())) done[size_t(dev)] = 1;
+}
+
+template <int D>
+void launch(FlashArgs a, cudaStream_t s) {
+  opt_in_smem<D>();
+  const dim3 grid(static_cast<unsigned>((a.T + kBQ - 1) / kBQ), static_cast<unsigned>(a.Hq));
+  pdl_launch(flash_attention_k<D>, grid, kThreads, Smem<D>::kBytes, s, a);
+}
+
+}  // namespace
+
+bool flash_attention_enabled() {
+  return enabled_slot().load(std::memory_order_relaxed);
+}
+
+void set_flash_attention(bool on) {
+  enabled_slot().store(on, std::memory_order_relaxed);
+}
+
+bool flash_attention_applies(int64_t T, int64_t Hq, int64_t d, int64_t Hkv, int64_t dv, const float* q,
+                             const float* k, const float* v, const float* out) {
+  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  if (!flash_attention_enabled() || T < kFlashMinTokens || d != dv || Hkv <= 0 || Hq % Hkv != 0 ||
+      !aligned(q) || !aligned(k) || !aligned(v) || !aligned(out))
+    return false;
+  const size_t bytes = d == 32    ? Smem<32>::kBytes
+                       : d == 64  ? Smem<64>::kBytes
+                       : d == 128 ? Smem<128>::kBytes
+                       : d == 256 ? Smem<256>::kBytes
+                                  : 0;
+  // The device's shared memory per block (227 KB on sm_90; about 99 KB on a GB10, where d = 256 keeps the
+  // scalar kernel until a smaller tile exists).
+  int dev = 0, optin = 0;
+  BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "flash attention: current device");
+  BLOOMERY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
+                      "flash attention: shared memory per block");
+  return bytes > 0 && bytes <= static_cast<size_t>(optin);
+}
+
+void flash_attention(float* out, const float* q, const float* k, const float* v, const float* allowed,
+                     int64_t T, int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t q0, float scale,
+                     cudaStream_t s) {
+  const std::string what = "flash attention q[" + std::to_string(T) + ", " + std::to_string(Hq) + ", " +
+                           std::to_string(d) + "] kv[" + std::to_string(S) + ", " + std::to_string(Hkv) + "]";
+  // The keys this call reads, split once into BF16 hi / lo (4 · S_used · Hkv · d BF16 values).
+  const int64_t s_used = q0 + T, n = s_used * Hkv * d;
+  __nv_bfloat16* split = nullptr;
+  BLOOMERY_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&split), static_cast<size_t>(n) * 4 * 2, s),
+                      what + ": BF16 key/value copies");
+  const int64_t n4 = n / 4;
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 132 * 8));
+  pdl_launch(kv_split, blocks, 256, 0, s, reinterpret_cast<const float4*>(k),
+             reinterpret_cast<const float4*>(v), n4, reinterpret_cast<uint2*>(split),
+             reinterpret_cast<uint2*>(split + n), reinterpret_cast<uint2*>(split + 2 * n),
+             reinterpret_cast<uint2*>(split + 3 * n));
+  BLOOMERY_CUDA_CHECK_LAUNCH(what + ": split of the keys and values");
+  const FlashArgs a{out, q, split, split + n, split + 2 * n, split + 3 * n, allowed, T,
+                    Hq,  S, Hkv,   q0,        scale};
+  switch (d) {
+    case 32:
+      launch<32>(a, s);
+      break;
+    case 64:
+      launch<64>(a, s);
+      break;
+    case 128:
+      launch<128>(a, s);
+      break;
+    default:
+      launch<256>(a, s);
+      break;
+  }
+  BLOOMERY_CUDA_CHECK_LAUNCH(what);
+  BLOOMERY_CUDA_CHECK(cudaFreeAsync(split, s), what + ": free the BF16 copies");
+}
+
+}  // namespace bloomery::cuda
