@@ -281,6 +281,218 @@ TEST_F(CudaLinear, FixtureCheckpointsLoadAndMatmul) {
   EXPECT_GE(formats_seen.size(), 2u) << "the resolvable fixtures hold a dense and a quantised format";
 }
 
+// ---- the tensor-core decode GEMV (gemv/gemv_tc.cu) ------------------------------------------------------
+// Bound: the kernel splits each activation into bf16 hi + lo with |x − hi − lo| ≤ 2^-16 |x| (gemv_tc.cu's
+// head), so |y − Σ x·w| ≤ 2^-16 · Σ|x·w| plus the f32 summation's rounding, for which the tests above allow
+// 1e-5 · Σ|x·w|. The reference is Σ x·w in double over the CPU decoder's f32 weights (the CPU f32 product is
+// within 1e-5 · Σ|x·w| of it too). A wrong element, row or column moves y by O(|x_k w_k|) ≈ Σ|x·w| / K, at
+// least 1e-4 · Σ at K = 10240: above the bound.
+constexpr double kTcBound = 1.0 / 65536 + 1e-5;
+
+// The decode shapes of the full-size qwen4_exp step ([out, in]), the lm_head, and partial row tiles.
+struct TcShape {
+  int64_t n, k;
+};
+constexpr TcShape kTcShapes[] = {{10240, 2560}, {6144, 2560}, {2560, 6144}, {12288, 2560}, {640, 2560},
+                                 {512, 2560},   {48, 2560},   {320, 10240}, {10240, 320},  {4, 10240},
+                                 {2560, 640},   {1, 2560},    {330, 2560},  {248320, 2560}};
+
+// Random BF16 weight bytes like make_stored's (|w| in [2^-7, 2), random sign), from a xorshift so the
+// lm_head's 635 M elements take a second, not a minute.
+std::unique_ptr<StoredWeight> fast_bf16(uint64_t n, uint64_t k, uint64_t seed) {
+  auto s = std::make_unique<StoredWeight>();
+  s->wb.format = FormatId::BF16;
+  s->wb.rows = n;
+  s->wb.cols = k;
+  s->wb.main_dtype = DType::BF16;
+  s->main.resize(n * k * 2);
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (size_t i = 0; i < s->main.size(); i += 2) {
+    z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+    s->main[i] = static_cast<uint8_t>(z >> 24);
+    s->main[i + 1] = static_cast<uint8_t>(((z >> 40) & 0x80) | (0x3C + ((z >> 32) & 3)));
+  }
+  finish_stored(*s);
+  return s;
+}
+
+// Sets the tensor-core GEMV switch for one scope.
+class TcSwitch {
+ public:
+  explicit TcSwitch(bool on) : was_(cuda::gemv_tc()) { cuda::set_gemv_tc(on); }
+  ~TcSwitch() { cuda::set_gemv_tc(was_); }
+
+ private:
+  bool was_;
+};
+
+// Rows the host reference checks: all of a product up to 4096, else ~2048 spread over it and its last 40.
+std::vector<int64_t> sample_rows(int64_t n) {
+  std::vector<int64_t> rows;
+  const int64_t step = n <= 4096 ? 1 : n / 2048;
+  for (int64_t r = 0; r < n; r += step) rows.push_back(r);
+  for (int64_t r = std::max<int64_t>(0, n - 40); r < n; ++r)
+    if (rows.back() < r) rows.push_back(r);
+  return rows;
+}
+
+// Worst |y − ref| / (kTcBound · Σ|x·w|) over the sampled rows of y[T, n] = x · W[row0 : row0 + n]ᵀ (≤ 1
+// passes; an unwritten NaN element gives infinity). *what gets the worst element's numbers.
+double tc_worst(const std::vector<float>& y, const std::vector<float>& x, const std::vector<float>& w,
+                int64_t T, int64_t row0, int64_t n, int64_t K, std::string* what) {
+  double worst = 0.0;
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t r : sample_rows(n)) {
+      double ref = 0.0, mag = 0.0;
+      const float *xr = x.data() + t * K, *wr = w.data() + (row0 + r) * K;
+      for (int64_t k = 0; k < K; ++k) {
+        const double p = static_cast<double>(xr[k]) * wr[k];
+        ref += p, mag += std::fabs(p);
+      }
+      const float got = y[t * n + r];
+      const double q = std::isfinite(got) ? std::fabs(got - ref) / (kTcBound * mag + 1e-30) : INFINITY;
+      if (q > worst) {
+        worst = q;
+        *what = "t " + std::to_string(t) + " row " + std::to_string(r) + ": gpu " + std::to_string(got) +
+                " ref " + std::to_string(ref) + " Σ|xw| " + std::to_string(mag);
+      }
+    }
+  return worst;
+}
+
+// Every step shape at T = 1..8: the tensor-core product is within kTcBound of the reference, every element
+// written (the output poisoned with NaN before each run), and a second run gives the same bits. Also a block
+// of rows (matmul_rows: row0 > 0, an odd count).
+TEST_F(CudaLinear, GemvTcMatchesReferenceAtStepShapes) {
+  TcSwitch on(true);
+  for (const TcShape& cs : kTcShapes) {
+    auto s = fast_bf16(cs.n, cs.k, cs.n * 7 + cs.k);
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    const std::string shape = "BF16 [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    for (int64_t T = 1; T <= cuda::kGemvMaxRows; ++T) {
+      const auto x = randn(T * cs.k);
+      Tensor xg = gpu_->upload(x, {T, cs.k}), y = gpu_->alloc({T, cs.n});
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        gpu_->fill(y, NAN);
+        gpu_->matmul(y, xg, wg);
+        const auto got = gpu_->download(y);
+        if (run == 1) {
+          EXPECT_EQ(0, std::memcmp(got.data(), first.data(), got.size() * 4))
+              << shape << " T=" << T << ": a second run gave other bits";
+          break;
+        }
+        std::string at;
+        EXPECT_LE(tc_worst(got, x, s->decoded, T, 0, cs.n, cs.k, &at), 1.0)
+            << shape << " T=" << T << " " << at;
+        first = got;
+      }
+    }
+    if (cs.n < 300 || cs.n > 20000) continue;
+    for (int64_t T : {1, 5}) {  // rows 128 .. n − 75
+      const int64_t row0 = 128, n = cs.n - 203;
+      const auto x = randn(T * cs.k);
+      Tensor xg = gpu_->upload(x, {T, cs.k}), y = gpu_->alloc({T, n});
+      gpu_->fill(y, NAN);
+      gpu_->matmul_rows(y, xg, wg, row0, n);
+      std::string at;
+      EXPECT_LE(tc_worst(gpu_->download(y), x, s->decoded, T, row0, n, cs.k, &at), 1.0)
+          << shape << " rows 128+ T=" << T << " " << at;
+    }
+  }
+}
+
+// The epilogue in the tensor-core kernel's store (elementwise tail, row scale, accumulation) gives the bits
+// of its plain product followed by the separate ops, at every step shape and T = 1..8.
+TEST_F(CudaLinear, GemvTcEpilogueEqualsSeparateOps) {
+  TcSwitch on(true);
+  int which = 0;
+  for (const TcShape& cs : kTcShapes) {
+    if (cs.n > 20000) continue;  // the lm_head takes no epilogue
+    auto s = fast_bf16(cs.n, cs.k, cs.n * 5 + cs.k);
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    for (int64_t T = 1; T <= cuda::kGemvMaxRows; ++T, ++which) {
+      Tensor x = gpu_->upload(randn(T * cs.k, 0.5f), {T, cs.k});
+      Tensor rs = gpu_->upload(uniform(T, 0.5f, 2.0f), {T});
+      const std::vector<Backend::Epilogue> tails = {
+          {.pre = 0.25f, .act = Act::Silu},
+          {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f},
+          {.row_scale = &rs},
+          {.accumulate = true},
+          {.pre = 0.5f, .act = Act::Silu, .row_scale = &rs, .accumulate = true}};
+      const Backend::Epilogue& e = tails[which % tails.size()];
+      const auto start = randn(T * cs.n);  // the accumulating products' prior contents
+      Tensor fused = gpu_->upload(start, {T, cs.n}), separate = gpu_->upload(start, {T, cs.n});
+      if (!e.accumulate) gpu_->fill(fused, NAN);
+      gpu_->set_fuse_epilogues(true);
+      gpu_->matmul_epilogue(fused, x, wg, e);
+      gpu_->set_fuse_epilogues(false);
+      gpu_->matmul_epilogue(separate, x, wg, e);
+      gpu_->set_fuse_epilogues(true);
+      expect_close(gpu_->download(fused), gpu_->download(separate), 0, 0,
+                   "BF16 [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) +
+                       "] T=" + std::to_string(T) + " tail " + std::to_string(which % tails.size()));
+    }
+  }
+}
+
+// Grouped products of one x on the tensor cores (several cluster sizes, more than one launch's worth, an
+// NVFP4 product on the old kernel among them) give the bits of one product each, and are within the bound.
+TEST_F(CudaLinear, GemvTcGroupedEqualsSeparate) {
+  TcSwitch on(true);
+  struct P {
+    FormatId f;
+    int64_t n;
+    Backend::Epilogue e;
+  };
+  for (const int64_t k : {2560, 10240}) {
+    const std::vector<P> spec =
+        k == 2560 ? std::vector<P>{{FormatId::BF16, 10240, {}},
+                                   {FormatId::BF16, 6144, {.pre = 0.25f, .act = Act::Silu}},
+                                   {FormatId::BF16, 12288, {}},
+                                   {FormatId::BF16, 640, {}},
+                                   {FormatId::NVFP4, 642, {.pre = 0.25f, .act = Act::Silu}},
+                                   {FormatId::BF16, 512, {}},
+                                   {FormatId::BF16, 48, {.act = Act::Sigmoid}},
+                                   {FormatId::BF16, 4, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
+                                   {FormatId::BF16, 330, {}}}
+                  : std::vector<P>{{FormatId::BF16, 320, {}}, {FormatId::BF16, 4, {.act = Act::Sigmoid}}};
+    std::vector<std::unique_ptr<StoredWeight>> stored;
+    std::vector<Weight> ws;
+    for (const P& p : spec) {
+      stored.push_back(p.f == FormatId::BF16 ? fast_bf16(p.n, k, p.n + k) : make_stored(p.f, p.n, k, rng_));
+      ws.push_back(gpu_->upload_stored("w", {p.n, k}, stored.back()->wb));
+    }
+    gpu_->set_group_products(true);
+    for (int64_t T = 1; T <= cuda::kGemvMaxRows; ++T) {
+      const auto xh = randn(T * k);
+      Tensor x = gpu_->upload(xh, {T, k});
+      std::vector<Tensor> grouped, separate;
+      std::vector<Backend::Product> ps;
+      for (const P& p : spec) {
+        grouped.push_back(gpu_->alloc({T, p.n}));
+        separate.push_back(gpu_->alloc({T, p.n}));
+        gpu_->fill(grouped.back(), NAN);
+        gpu_->fill(separate.back(), NAN);
+      }
+      for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
+      gpu_->matmul_group(ps, x);
+      for (size_t i = 0; i < spec.size(); ++i) gpu_->matmul_epilogue(separate[i], x, ws[i], spec[i].e);
+      for (size_t i = 0; i < spec.size(); ++i) {
+        const std::string what = "K " + std::to_string(k) + " product " + std::to_string(i) + " " +
+                                 std::string(format_name(spec[i].f)) + " [" + std::to_string(spec[i].n) +
+                                 "] T=" + std::to_string(T);
+        const auto g = gpu_->download(grouped[i]);
+        expect_close(g, gpu_->download(separate[i]), 0, 0, what);
+        if (spec[i].f != FormatId::BF16 || spec[i].e.act != Act::None || spec[i].e.pre != 1.0f) continue;
+        std::string at;
+        EXPECT_LE(tc_worst(g, xh, stored[i]->decoded, T, 0, spec[i].n, k, &at), 1.0) << what << " " << at;
+      }
+    }
+    gpu_->set_group_products(false);
+  }
+}
+
 // Milliseconds per y = x · Wᵀ over `iters` launches back to back (after one untimed launch).
 double matmul_ms(Backend& be, Tensor& y, const Tensor& x, const Weight& w, int iters) {
   be.matmul(y, x, w);
@@ -354,6 +566,31 @@ TEST_F(CudaLinear, GemvBandwidth) {
   const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / 5;
   std::printf("[gemm] NVFP4 [4096, 4096] x 512 rows: %.2f ms, %.2f TFLOP/s\n", sec * 1e3,
               2.0 * 512 * 4096 * 4096 / sec / 1e12);
+}
+
+// Decode-roofline measurement (not a pass/fail test): the step's BF16 shapes at T = 1, 2, 4, 5, 8 on the
+// split-K kernel and on the tensor-core kernel, µs per product and GB/s of weight bytes.
+TEST_F(CudaLinear, GemvTcBandwidth) {
+  const bool was = cuda::gemv_tc();
+  for (const TcShape& cs : kTcShapes) {
+    auto s = fast_bf16(cs.n, cs.k, cs.n + 3 * cs.k);
+    Weight wg = gpu_->upload_stored("bench", {cs.n, cs.k}, s->wb);
+    s.reset();
+    const double bytes = 2.0 * static_cast<double>(cs.n) * static_cast<double>(cs.k);
+    const int iters = cs.n > 20000 ? 20 : 200;
+    for (int64_t T : {1, 2, 4, 5, 8}) {
+      Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k}), y = gpu_->alloc({T, cs.n});
+      cuda::set_gemv_tc(false);
+      const double old_ms = matmul_ms(*gpu_, y, x, wg, iters);
+      cuda::set_gemv_tc(true);
+      const double tc_ms = matmul_ms(*gpu_, y, x, wg, iters);
+      std::printf(
+          "[gemv-tc] BF16 [%lld, %lld] T=%lld: split-K %.2f us %.0f GB/s, tensor cores %.2f us %.0f GB/s\n",
+          static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(T), old_ms * 1e3,
+          bytes / (old_ms * 1e-3) / 1e9, tc_ms * 1e3, bytes / (tc_ms * 1e-3) / 1e9);
+    }
+  }
+  cuda::set_gemv_tc(was);
 }
 
 }  // namespace

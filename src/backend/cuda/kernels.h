@@ -56,6 +56,12 @@ void set_gemv_variant(int v);
 // warp's weight rows (on unless BLOOMERY_CUDA_GEMV_X_ONCE=0; the same sums in the same order either way).
 bool gemv_x_once();
 void set_gemv_x_once(bool on);
+// Variant 2's BF16 products on the tensor cores (gemv/gemv_tc.cu: mma.sync with x split into bf16 hi + lo,
+// ~16 bits of each activation kept; K a multiple of 32, x 16-byte aligned) for 2-8 rows of x; on unless
+// BLOOMERY_CUDA_GEMV_TC=0 at start (docs/performance.md: C = 4 decode 173.8 -> 209.4 tok/s on the H200),
+// set_gemv_tc between steps for A/B measurements.
+bool gemv_tc();
+void set_gemv_tc(bool on);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

@@ -21,6 +21,8 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/env_switch.h"
+#include "backend/cuda/gemv/gemv_store.cuh"
+#include "backend/cuda/gemv/gemv_tc.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
@@ -129,14 +131,6 @@ constexpr int kSplitWarps = 8;  // warps per block of gemv_split
 // Units each lane loads before using any: enough bytes in flight per lane (16 B units: 2, 8 B FP4 units: 4).
 template <Width W>
 constexpr int kLoadsAhead = W == Width::Fp4 ? 4 : 2;
-
-// One element of row t of the product: the epilogue, then the row scale and the accumulation, each rounded
-// as its separate op (scale_rows, add) rounds it.
-__device__ __forceinline__ void store_product(const Epilogue& e, int t, float* y, float v) {
-  v = epilogue_apply(e.pre, e.act, e.post, v);
-  if (e.row_scale) v = __fmul_rn(v, e.row_scale[t]);
-  *y = e.accumulate ? __fadd_rn(*y, v) : v;
-}
 
 // One block's rows of y = e(x · W[row0 : row0 + n]ᵀ): `block` is the block's index within this product (a
 // grouped launch runs several products' blocks in one grid).
@@ -387,11 +381,18 @@ bool gemv_group_applies(std::span<const GemvProduct> ps, const float* x, int T) 
 }
 
 void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
+  // BF16 products on the tensor cores when switched on (gemv_tc.cu), the rest as below.
+  const bool tc_on = gemv_tc() && T >= kGemvTcMinRows;
+  std::vector<GemvProduct> tc;
+  if (tc_on)
+    for (const GemvProduct& p : ps)
+      if (gemv_tc_fits(p.w, x, T)) tc.push_back(p);
+  if (!tc.empty()) gemv_tc_group(tc, x, T, s);
   // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
   for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
     std::vector<GemvProduct> same;
     for (const GemvProduct& p : ps)
-      if (width_of(p.w.format) == W) same.push_back(p);
+      if (width_of(p.w.format) == W && !(tc_on && gemv_tc_fits(p.w, x, T))) same.push_back(p);
     if (same.empty()) continue;
     with_width(W, [&](auto Wc) {
       if (T <= 2)
@@ -405,6 +406,9 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
           const Epilogue& e) {
   if (n == 0 || T == 0) return;
+  if (gemv_tc() && T >= kGemvTcMinRows && gemv_variant() == 2 &&
+      gemv_tc_fits(w, x, T))  // BF16 on the tensor cores (gemv_tc.cu)
+    return gemv_tc_product(w, row0, n, x, T, y, s, e);
   const bool x_aligned = (reinterpret_cast<uintptr_t>(x) % 16) == 0;
   const bool split = unit_path(w) && x_aligned && gemv_variant() == 2;  // the kernel with the epilogue
   if (!unit_path(w) || !x_aligned) {
