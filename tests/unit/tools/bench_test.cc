@@ -13,6 +13,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "tiny_synthetic.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/synthetic_model.h"
@@ -35,34 +36,12 @@ TEST(BenchStats, PercentileNearestRank) {
 
 // A tiny qwen4_exp (the fixture's shape: 5 layers, 2 QSA, PLE on layer 1, 16 experts top-4, MTP layer).
 std::string tiny_config_file() {
-  const nlohmann::json t = {
-      {"vocab_size", 384},
-      {"hidden_size", 64},
-      {"num_hidden_layers", 5},
-      {"layer_types",
-       {"linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"}},
-      {"num_attention_heads", 6},
-      {"num_key_value_heads", 2},
-      {"head_dim", 32},
-      {"linear_num_key_heads", 2},
-      {"linear_num_value_heads", 6},
-      {"linear_key_head_dim", 16},
-      {"linear_value_head_dim", 16},
-      {"num_experts", 16},
-      {"num_experts_per_tok", 4},
-      {"moe_intermediate_size", 32},
-      {"shared_expert_intermediate_size", 32},
-      {"hc_lowrank", 8},
-      {"ple_embed_dim", 256},
-      {"ngram_vocab_size_base", 256},
-      {"split_ngram_parts", 4},
-      {"indexer_n_heads", 8},
-      {"indexer_head_dim", 16},
-      {"indexer_budget", 8},
-      {"rope_parameters",
-       {{"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}, {"mrope_section", {2, 1, 1}}}},
-      {"max_position_embeddings", 4096},
-      {"eos_token_id", 2}};
+  nlohmann::json t = tiny_qwen4_widths();
+  t.merge_patch(
+      {{"num_hidden_layers", 5},
+       {"layer_types",
+        {"linear_attention", "linear_attention", "full_attention", "linear_attention", "full_attention"}},
+       {"eos_token_id", 2}});
   const auto path = std::filesystem::temp_directory_path() /
                     ("bloomery_tiny_qwen4_" + std::to_string(::getpid()) + ".json");
   std::ofstream(path) << t.dump();

@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
+#include "tiny_synthetic.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/synthetic_model.h"
@@ -69,24 +70,7 @@ TEST(SyntheticFamilies, LayersCutEverySchedule) {
 // A small glm5_next (shipped schedule rules, tiny widths, 4 layers: KDA ×3 + one DSA with its indexer, dense
 // then sparse MLPs) built on the CPU and run through the bench grid: every row finite.
 TEST(SyntheticFamilies, TinyGlm5NextRunsOnCpu) {
-  nlohmann::json c = synthetic_config("glm5_next");
-  c["text_config"].merge_patch({{"vocab_size", 256},
-                                {"hidden_size", 64},
-                                {"num_attention_heads", 4},
-                                {"num_key_value_heads", 4},
-                                {"q_lora_rank", 32},
-                                {"kv_lora_rank", 32},
-                                {"qk_nope_head_dim", 16},
-                                {"v_head_dim", 16},
-                                {"linear_attn_config", {{"num_heads", 4}, {"head_dim", 16}}},
-                                {"index_n_heads", 4},
-                                {"index_head_dim", 16},
-                                {"index_topk", 8},
-                                {"n_routed_experts", 8},
-                                {"num_experts_per_tok", 2},
-                                {"moe_intermediate_size", 32},
-                                {"intermediate_size", 64}});
-  c = limit_layers(c, 4);
+  const nlohmann::json c = tiny_synthetic("glm5_next");
   auto be = make_cpu_backend(2);
   auto sm = build_synthetic(c, *be, SyntheticLayout::Nvidia, {}, 2);
   EXPECT_EQ(sm->model->info().family, "glm5_next");

@@ -18,6 +18,7 @@
 #include "parallel/thread_group.h"
 #include "parallel/tp_group.h"
 #include "parallel/tp_step_engine.h"
+#include "tiny_synthetic.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/synthetic_model.h"
@@ -26,74 +27,6 @@ namespace bloomery::tools {
 namespace {
 
 using namespace std::chrono_literals;
-
-// Tiny configs of each family's built-in one (every layer kind, NVFP4 experts whose halves still hold
-// whole 16-column scale blocks at TP 2).
-nlohmann::json tiny(const std::string& family) {
-  nlohmann::json c = synthetic_config(family);
-  if (family == "glm5_next") {
-    c["text_config"].merge_patch({{"vocab_size", 256},
-                                  {"hidden_size", 64},
-                                  {"num_attention_heads", 4},
-                                  {"num_key_value_heads", 4},
-                                  {"q_lora_rank", 32},
-                                  {"kv_lora_rank", 32},
-                                  {"qk_nope_head_dim", 16},
-                                  {"v_head_dim", 16},
-                                  {"linear_attn_config", {{"num_heads", 4}, {"head_dim", 16}}},
-                                  {"index_n_heads", 4},
-                                  {"index_head_dim", 16},
-                                  {"index_topk", 8},
-                                  {"n_routed_experts", 8},
-                                  {"num_experts_per_tok", 2},
-                                  {"moe_intermediate_size", 32},
-                                  {"intermediate_size", 64}});
-    return limit_layers(c, 4);  // KDA × 3 + one DSA; dense then sparse MLPs
-  }
-  if (family == "qwen3_next") {
-    c.merge_patch({{"vocab_size", 384},
-                   {"hidden_size", 64},
-                   {"num_attention_heads", 4},
-                   {"num_key_value_heads", 2},
-                   {"head_dim", 32},
-                   {"linear_num_key_heads", 2},
-                   {"linear_num_value_heads", 4},
-                   {"linear_key_head_dim", 16},
-                   {"linear_value_head_dim", 16},
-                   {"num_experts", 16},
-                   {"num_experts_per_tok", 4},
-                   {"moe_intermediate_size", 32},
-                   {"shared_expert_intermediate_size", 32},
-                   {"intermediate_size", 128}});
-    return limit_layers(c, 4);  // GDN, GDN, GDN, attention
-  }
-  c["text_config"].merge_patch(
-      {{"vocab_size", 384},
-       {"hidden_size", 64},
-       {"num_attention_heads", 6},
-       {"num_key_value_heads", 2},
-       {"head_dim", 32},
-       {"linear_num_key_heads", 2},
-       {"linear_num_value_heads", 6},
-       {"linear_key_head_dim", 16},
-       {"linear_value_head_dim", 16},
-       {"num_experts", 16},
-       {"num_experts_per_tok", 4},
-       {"moe_intermediate_size", 32},
-       {"shared_expert_intermediate_size", 32},
-       {"hc_lowrank", 8},
-       {"ple_layer_ids", {1}},
-       {"ple_embed_dim", 256},
-       {"ngram_vocab_size_base", 256},
-       {"split_ngram_parts", 4},
-       {"indexer_n_heads", 8},
-       {"indexer_head_dim", 16},
-       {"indexer_budget", 8},
-       {"rope_parameters",
-        {{"rope_theta", 1e7}, {"partial_rotary_factor", 0.25}, {"mrope_section", {2, 1, 1}}}},
-       {"max_position_embeddings", 4096}});
-  return limit_layers(c, 4);  // GDN × 3 + one QSA, PLE on layer 1
-}
 
 struct Trace {
   std::vector<int32_t> tokens;             // greedy tokens after the prompt
@@ -130,7 +63,7 @@ constexpr int kSteps = 4;
 class SyntheticTp : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SyntheticTp, Tp2RanksAgreeAndMatchTp1) {
-  const nlohmann::json c = tiny(GetParam());
+  const nlohmann::json c = tiny_synthetic(GetParam());
   Trace ref;
   {
     cpu::CpuBackend be(1);
@@ -179,7 +112,7 @@ TEST_P(SyntheticTp, Tp2RanksAgreeAndMatchTp1) {
 // bench's own road: a TpGroup whose ranks build through synthetic_load_rank, every step planned by rank 0
 // through the step engine, the grid's rows finite.
 TEST_P(SyntheticTp, BenchGridRunsThroughTheGroup) {
-  const nlohmann::json c = tiny(GetParam());
+  const nlohmann::json c = tiny_synthetic(GetParam());
   TpFlags flags;
   flags.tp = 2;
   const TpLayout layout = resolve_tp(flags);
@@ -221,7 +154,7 @@ INSTANTIATE_TEST_SUITE_P(Families, SyntheticTp, ::testing::Values("qwen4_exp", "
 // stored format's unit (experts at I = 8 columns, NVFP4 scale blocks of 16): refused by name, through the
 // group as bench builds it, before any rank runs.
 TEST(SyntheticTpRefusals, WorldSizeRefusedByName) {
-  const nlohmann::json c = tiny("glm5_next");
+  const nlohmann::json c = tiny_synthetic("glm5_next");
   struct Case {
     int tp;
     std::string phrase;

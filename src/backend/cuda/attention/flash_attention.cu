@@ -82,6 +82,29 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// c0, c1 += A · B for the two n8 tiles of one ldmatrix.x4 of B, with A and B split into hi + lo: hi·hi +
+// lo·hi, then hi·lo (B's hi and lo loaded one at a time: d = 256 runs at the register limit). kTrans: B is
+// stored k-major (V: keys × dims), else n-major (K: keys × dims, keys being n).
+template <bool kTrans>
+__device__ __forceinline__ void mma_split_x4(float (&c0)[4], float (&c1)[4], const uint32_t (&ahi)[4],
+                                             const uint32_t (&alo)[4], const void* bhi, const void* blo) {
+  uint32_t b[4];
+  if constexpr (kTrans)
+    ldmatrix_x4_trans(b, bhi);
+  else
+    ldmatrix_x4(b, bhi);
+  mma_bf16(c0, ahi, b[0], b[1]);
+  mma_bf16(c0, alo, b[0], b[1]);
+  mma_bf16(c1, ahi, b[2], b[3]);
+  mma_bf16(c1, alo, b[2], b[3]);
+  if constexpr (kTrans)
+    ldmatrix_x4_trans(b, blo);
+  else
+    ldmatrix_x4(b, blo);
+  mma_bf16(c0, ahi, b[0], b[1]);
+  mma_bf16(c1, ahi, b[2], b[3]);
+}
+
 // (lo, hi) floats as a bf16x2 word, and the rounding residues as a second word.
 __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint32_t& lo) {
   const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
@@ -205,16 +228,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
         for (int np = 0; np < 2; ++np) {  // two n8 tiles per ldmatrix.x4
           const int mi = lane >> 3;
           const int kr = np * 16 + (mi >> 1) * 8 + (lane & 7), kc = ks * 16 + (mi & 1) * 8;
-          uint32_t b[4];  // K hi, then K lo (one at a time: D = 256 runs at the register limit)
-          ldmatrix_x4(b, khi + kr * kRow + kc);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            mma_bf16(s[np * 2 + half], ah, b[half * 2], b[half * 2 + 1]);
-            mma_bf16(s[np * 2 + half], al, b[half * 2], b[half * 2 + 1]);
-          }
-          ldmatrix_x4(b, klo + kr * kRow + kc);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) mma_bf16(s[np * 2 + half], ah, b[half * 2], b[half * 2 + 1]);
+          mma_split_x4<false>(s[np * 2], s[np * 2 + 1], ah, al, khi + kr * kRow + kc, klo + kr * kRow + kc);
         }
       }
       // Scale, mask (causal, cache end, selection) and the online softmax update, per row.
@@ -269,16 +283,7 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
         for (int np = 0; np < D / 16; ++np) {  // two n8 tiles of the value dims per ldmatrix.x4
           const int mi = lane >> 3;
           const int vr = kk * 16 + (mi & 1) * 8 + (lane & 7), vc = np * 16 + (mi >> 1) * 8;
-          uint32_t b[4];  // V hi, then V lo
-          ldmatrix_x4_trans(b, vhi + vr * kRow + vc);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) {
-            mma_bf16(o[np * 2 + half], ph, b[half * 2], b[half * 2 + 1]);
-            mma_bf16(o[np * 2 + half], pl, b[half * 2], b[half * 2 + 1]);
-          }
-          ldmatrix_x4_trans(b, vlo + vr * kRow + vc);
-#pragma unroll
-          for (int half = 0; half < 2; ++half) mma_bf16(o[np * 2 + half], ph, b[half * 2], b[half * 2 + 1]);
+          mma_split_x4<true>(o[np * 2], o[np * 2 + 1], ph, pl, vhi + vr * kRow + vc, vlo + vr * kRow + vc);
         }
       }
     }
