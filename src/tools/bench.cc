@@ -288,7 +288,6 @@ int run_bench(int argc, char** argv) {
     return 0;
   }
   const TpLayout tp = resolve_tp(tp_flags);
-  tp_backend(tp, backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   if (graphs_mode == "off") setenv("BLOOMERY_CUDA_GRAPHS", "0", 1);
   if (graphs_mode == "on" || graphs_mode == "ab") setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);  // read at creation

@@ -218,7 +218,6 @@ int run_run(int argc, char** argv) {
     return 2;
   }
   // --backend cuda: refuse a family whose ops the card lacks before loading anything (helper J).
-  tp_backend(layout, backend_name);
   backend_name = pick_backend(backend_name, folder).name;
   check_backend_runs(backend_name, folder);
 

@@ -20,8 +20,4 @@ void add_tp_options(CLI::App& app, TpFlags& f) {
       ->check(CLI::NonNegativeNumber);
 }
 
-void tp_backend(const TpLayout& layout, std::string& backend_name) {
-  if (layout.distributed() && backend_name == "auto") backend_name = "cpu";
-}
-
 }  // namespace bloomery::tools
