@@ -26,6 +26,7 @@
 #include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/env_switch.h"
+#include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
@@ -45,42 +46,6 @@ struct Smem {
   static constexpr int kStage = 4 * kTile;
   static constexpr size_t kBytes = (2 * static_cast<size_t>(kQ) + 2 * static_cast<size_t>(kStage)) * 2;
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-// 16 bytes global → shared without a register round trip; zeros instead when !copy.
-__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool copy) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_addr(dst)), "l"(src),
-               "r"(copy ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() {
-  asm volatile("cp.async.commit_group;");
-}
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // c0, c1 += A · B for the two n8 tiles of one ldmatrix.x4 of B, with A and B split into hi + lo: hi·hi +
 // lo·hi, then hi·lo (B's hi and lo loaded one at a time: d = 256 runs at the register limit). kTrans: B is

@@ -51,6 +51,7 @@
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemv/gemv_store.cuh"
 #include "backend/cuda/gemv/gemv_tc.h"
+#include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
@@ -81,15 +82,6 @@ struct TcArgs {
   int count;
   int ck;  // blocks per cluster (all products of one launch)
 };
-
-__device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
 
 __device__ __forceinline__ uint32_t bf16x2_bits(__nv_bfloat162 v) {
   return *reinterpret_cast<const uint32_t*>(&v);
