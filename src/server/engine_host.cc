@@ -33,9 +33,9 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
       raise("E_FLAG_REFUSED", Where{"", "", "--spec-type"}, "none with --tp/--nodes", o.spec_type,
             "draft layers are not cut over ranks yet");
   }
-  // Under TP as without it: auto takes CUDA ranks where the family runs on the card (verified on the H200: the
-  // one-GPU loopback against TP 1 on three fixtures, NCCL's calls with a world of one, glm5_next --tp 2 in the
-  // bench, docs/performance.md), CPU ranks otherwise.
+  // Under TP as without it: auto takes CUDA ranks where the family runs on the card (verified on the H200:
+  // the one-GPU loopback against TP 1 on three fixtures, NCCL's calls with a world of one, glm5_next --tp 2
+  // in the bench, docs/performance.md), CPU ranks otherwise.
   const BackendPick pick =
       pick_backend(o.device == "none" ? "cpu" : (o.device == "cuda0" ? "cuda" : "auto"), h->folder_);
   h->backend_name_ = pick.name;
