@@ -42,6 +42,12 @@ TpLayout resolve_tp(const TpFlags& f) {
   return l;
 }
 
+int rank_threads(const TpLayout& layout, int threads) {
+  if (!layout.nodes.empty() || layout.size <= 1) return threads;
+  const int all = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, all / layout.size);
+}
+
 TpGroup::TpGroup(const TpLayout& layout, const std::filesystem::path& folder, LoadOptions load,
                  const MakeBackend& make_backend, int threads)
     : TpGroup(layout, load_folder(folder), std::move(load), make_backend, threads) {}
@@ -62,9 +68,7 @@ TpGroup::TpGroup(const TpLayout& layout, LoadRank load_rank, LoadOptions load,
       engine_ = std::make_unique<Engine>(*backend_, *lm_->model);
       if (layout.rank == 0) leader_ = std::make_unique<TpLeader>(*net_, *engine_);
     } else if (layout.size > 1) {
-      // Each in-process rank gets its share of the threads.
-      const int all = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-      const int per_rank = std::max(1, all / layout.size);
+      const int per_rank = rank_threads(layout, threads);
       ranks_ = std::make_unique<LocalTpRanks>(layout.size, layout.timeout, load_rank, load,
                                               [&](int rank) { return make_backend(per_rank, rank); });
     } else {

@@ -40,6 +40,10 @@ struct TpLayout {
 };
 TpLayout resolve_tp(const TpFlags& flags);
 
+// The threads each rank's backend gets: ranks in this process share `threads` (0 = every core); a process of
+// --nodes, or a single rank, keeps them all.
+int rank_threads(const TpLayout& layout, int threads);
+
 class TpGroup {
  public:
   // A rank's backend: `threads` CPU workers, `rank` its TP rank (a CUDA backend picks its GPU from it).

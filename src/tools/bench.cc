@@ -11,7 +11,6 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -304,8 +303,6 @@ int run_bench(int argc, char** argv) {
     } else {
       // Every rank builds its own slices of one random model (synthetic_model.h: the pools are built once
       // per process and seeded, so --nodes processes build the same one); rank 0's costs are the roofline's.
-      const int all = threads > 0 ? threads : int(std::max(1u, std::thread::hardware_concurrency()));
-      const int rank_threads = tp.nodes.empty() ? std::max(1, all / tp.size) : threads;
       auto report = std::make_unique<SyntheticModel>();
       std::shared_ptr<SyntheticSource> source =
           make_synthetic_source(synth_config(), parse_synthetic_layout(layout_name), threads);
@@ -319,7 +316,8 @@ int run_bench(int argc, char** argv) {
         report->table_bytes = m.table_bytes;
         report->build_seconds = source_s + m.build_seconds;
       };
-      LoadRank load = synthetic_load_rank(std::move(source), synthetic_hooks, rank_threads, keep_report);
+      LoadRank load =
+          synthetic_load_rank(std::move(source), synthetic_hooks, rank_threads(tp, threads), keep_report);
       group = std::make_unique<TpGroup>(tp, std::move(load), LoadOptions{}, make_rank_backend, threads);
       sm = std::move(report);
     }

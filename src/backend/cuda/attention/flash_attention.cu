@@ -8,7 +8,7 @@
 // key tiles of its KV head in 32-key steps, double-buffered through cp.async; a warp computes its 16 × 32
 // scores with mma.sync m16n8k16, masks them, updates its running max and sum per row (online softmax in f32)
 // and adds P · V into a 16 × D f32 accumulator held in registers. Keys are read once per 64 queries instead
-// of once per query, from a BF16 copy made once per call (kv_split below).
+// of once per query, from BF16 copies made once per call (round_activations_bf16, as the prompt GEMMs).
 //
 // Accuracy. Every operand is split into BF16 hi + lo = x − hi (about 16 significant bits of the f32 value)
 // and each product takes the three terms hi·hi + hi·lo + lo·hi (the lo·lo term is below 2^-16 relative), so a
@@ -19,15 +19,15 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <string>
-#include <vector>
 
 #include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/env_switch.h"
+#include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
+#include "backend/cuda/misc/shared_memory.h"
 
 namespace bloomery::cuda {
 namespace {
@@ -77,25 +77,6 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
   const __nv_bfloat162 l = __floats2bfloat162_rn(a - hf.x, b - hf.y);
   hi = *reinterpret_cast<const uint32_t*>(&h);
   lo = *reinterpret_cast<const uint32_t*>(&l);
-}
-
-// kv_split: K and V [S, Hkv, D] f32 → hi and lo BF16 copies of each (same layout), four floats a thread.
-__global__ void kv_split(const float4* __restrict__ k, const float4* __restrict__ v, int64_t n4,
-                         uint2* __restrict__ khi, uint2* __restrict__ klo, uint2* __restrict__ vhi,
-                         uint2* __restrict__ vlo) {
-  pdl_wait();
-  pdl_launch_dependents();
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n4;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float4 a = k[i], b = v[i];
-    uint2 h, l;
-    split_pair(a.x, a.y, h.x, l.x);
-    split_pair(a.z, a.w, h.y, l.y);
-    khi[i] = h, klo[i] = l;
-    split_pair(b.x, b.y, h.x, l.x);
-    split_pair(b.z, b.w, h.y, l.y);
-    vhi[i] = h, vlo[i] = l;
-  }
 }
 
 struct FlashArgs {
@@ -279,25 +260,10 @@ std::atomic<bool>& enabled_slot() {
   return on;
 }
 
-// The shared-memory opt-in, once per device and instantiation (a TP process drives several devices).
-template <int D>
-void opt_in_smem() {
-  static std::mutex mu;
-  static std::vector<char> done(64, 0);
-  int dev = 0;
-  BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "flash attention: current device");
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev < int(done.size()) && done[size_t(dev)]) return;
-  BLOOMERY_CUDA_CHECK(
-      cudaFuncSetAttribute(flash_attention_k<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(Smem<D>::kBytes)),
-      "flash attention: shared memory attribute (" + std::to_string(Smem<D>::kBytes) + " bytes)");
-  if (dev < int(done.size())) done[size_t(dev)] = 1;
-}
-
 template <int D>
 void launch(FlashArgs a, cudaStream_t s) {
-  opt_in_smem<D>();
+  opt_in_shared_memory(reinterpret_cast<const void*>(flash_attention_k<D>), static_cast<int>(Smem<D>::kBytes),
+                       "flash attention");
   const dim3 grid(static_cast<unsigned>((a.T + kBQ - 1) / kBQ), static_cast<unsigned>(a.Hq));
   pdl_launch(flash_attention_k<D>, grid, kThreads, Smem<D>::kBytes, s, a);
 }
@@ -337,20 +303,12 @@ void flash_attention(float* out, const float* q, const float* k, const float* v,
                      cudaStream_t s) {
   const std::string what = "flash attention q[" + std::to_string(T) + ", " + std::to_string(Hq) + ", " +
                            std::to_string(d) + "] kv[" + std::to_string(S) + ", " + std::to_string(Hkv) + "]";
-  // The keys this call reads, split once into BF16 hi / lo (4 · S_used · Hkv · d BF16 values).
-  const int64_t s_used = q0 + T, n = s_used * Hkv * d;
-  __nv_bfloat16* split = nullptr;
-  BLOOMERY_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&split), static_cast<size_t>(n) * 4 * 2, s),
-                      what + ": BF16 key/value copies");
-  const int64_t n4 = n / 4;
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>((n4 + 255) / 256, 132 * 8));
-  pdl_launch(kv_split, blocks, 256, 0, s, reinterpret_cast<const float4*>(k),
-             reinterpret_cast<const float4*>(v), n4, reinterpret_cast<uint2*>(split),
-             reinterpret_cast<uint2*>(split + n), reinterpret_cast<uint2*>(split + 2 * n),
-             reinterpret_cast<uint2*>(split + 3 * n));
-  BLOOMERY_CUDA_CHECK_LAUNCH(what + ": split of the keys and values");
-  const FlashArgs a{out, q, split, split + n, split + 2 * n, split + 3 * n, allowed, T,
-                    Hq,  S, Hkv,   q0,        scale};
+  // The keys and values this call reads, rounded once into BF16 hi / lo copies (the prompt GEMMs' split,
+  // gemm_internal.h: hi rows, then lo rows, in one stream-ordered allocation each).
+  const int64_t rows = (q0 + T) * Hkv, n = rows * d;
+  auto* kb = static_cast<const __nv_bfloat16*>(round_activations_bf16(k, rows, d, true, s));
+  auto* vb = static_cast<const __nv_bfloat16*>(round_activations_bf16(v, rows, d, true, s));
+  const FlashArgs a{out, q, kb, kb + n, vb, vb + n, allowed, T, Hq, S, Hkv, q0, scale};
   switch (d) {
     case 32:
       launch<32>(a, s);
@@ -366,7 +324,8 @@ void flash_attention(float* out, const float* q, const float* k, const float* v,
       break;
   }
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
-  BLOOMERY_CUDA_CHECK(cudaFreeAsync(split, s), what + ": free the BF16 copies");
+  BLOOMERY_CUDA_CHECK(cudaFreeAsync(const_cast<__nv_bfloat16*>(kb), s), what + ": free the BF16 keys");
+  BLOOMERY_CUDA_CHECK(cudaFreeAsync(const_cast<__nv_bfloat16*>(vb), s), what + ": free the BF16 values");
 }
 
 }  // namespace bloomery::cuda

@@ -25,8 +25,6 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <array>
-#include <mutex>
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -34,6 +32,7 @@
 #include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
+#include "backend/cuda/misc/shared_memory.h"
 
 namespace bloomery::cuda {
 namespace {
@@ -480,22 +479,9 @@ Kind kind_of(FormatId f) {
 
 template <Kind KD, TileLayout L>
 void launch(const TcArgs& a, unsigned m_tiles, unsigned splits, cudaStream_t s) {
-  // Above 48 KB of dynamic shared memory needs the opt-in, for the larger (split) layout: once per
-  // instantiation and device (an attribute is the current device's; TP ranks of one process use several).
-  static std::mutex mu;
-  static std::array<int8_t, 64> done{};  // per device ordinal: 0 not yet, 1 configured
-  int dev = 0;
-  BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "tc_gemm: current device");
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (dev >= int(done.size()) || !done[size_t(dev)]) {
-      BLOOMERY_CUDA_CHECK(
-          cudaFuncSetAttribute(tc_gemm_kernel<KD, L>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               smem_bytes<KD, L>(true)),
-          "tc_gemm: shared memory attribute (" + std::to_string(smem_bytes<KD, L>(true)) + " bytes)");
-      if (dev < int(done.size())) done[size_t(dev)] = 1;
-    }
-  }
+  // Above 48 KB of dynamic shared memory needs the opt-in, for the larger (split) layout.
+  opt_in_shared_memory(reinterpret_cast<const void*>(tc_gemm_kernel<KD, L>), smem_bytes<KD, L>(true),
+                       "tc_gemm");
   const int bytes = smem_bytes<KD, L>(a.xlo != nullptr);
   const dim3 grid(m_tiles, static_cast<unsigned>((a.n + kBN - 1) / kBN), splits);
   pdl_launch(tc_gemm_kernel<KD, L>, grid, kThreads, bytes, s, a);

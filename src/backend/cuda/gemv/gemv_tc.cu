@@ -43,7 +43,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -53,6 +52,7 @@
 #include "backend/cuda/gemv/gemv_tc.h"
 #include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
+#include "backend/cuda/misc/shared_memory.h"
 
 namespace bloomery::cuda {
 namespace {
@@ -327,21 +327,11 @@ void launch(const TcArgs& a, unsigned blocks, size_t smem, const float* x, int T
     (void)cudaLaunchKernelEx(&cfg, gemv_tc_k<2>, a, x, T);
 }
 
-// A window of kStageBytes plus the static partials passes the 48 KB a launch gets without asking: opt both
-// instantiations in, once per device (a TP process drives several).
+// A window of kStageBytes plus the static partials passes the 48 KB a launch gets without asking (plan_for
+// keeps every window within kStageBytes).
 void opt_in_smem() {
-  static std::mutex mu;
-  static std::vector<char> done(64, 0);
-  int dev = 0;
-  BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "gemv_tc: current device");
-  std::lock_guard<std::mutex> lock(mu);
-  if (dev < int(done.size()) && done[size_t(dev)]) return;
-  const int most = kStageBytes;  // plan_for keeps every window within it
-  BLOOMERY_CUDA_CHECK(cudaFuncSetAttribute(gemv_tc_k<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
-                      "gemv_tc: shared memory attribute");
-  BLOOMERY_CUDA_CHECK(cudaFuncSetAttribute(gemv_tc_k<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, most),
-                      "gemv_tc: shared memory attribute");
-  if (dev < int(done.size())) done[size_t(dev)] = 1;
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1>), kStageBytes, "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2>), kStageBytes, "gemv_tc");
 }
 
 // Adds a product to a launch's arguments; returns the launch's blocks after it.

@@ -1,5 +1,5 @@
 // Tensor-core and asynchronous-copy primitives shared by the kernels that feed mma.sync (gemm/tc_gemm.cu,
-// gemv/gemv_tc.cu, attention/flash_attention.cu): one spelling of each PTX instruction.
+// gemv/gemv_tc.cu, attention/flash_attention.cu, moe/moe_decode_tc.cu): one spelling of each PTX instruction.
 #pragma once
 
 #include <cstdint>
@@ -45,6 +45,16 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], uint32_t a0, uint32_t a1
 }
 __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   mma_bf16(c, a[0], a[1], a[2], a[3], b0, b1);
+}
+
+// c += A · B, m16n8k16, F16 operands, f32 accumulators (moe/moe_decode_tc.cu's exact E2M1 weights).
+__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                        uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 }  // namespace bloomery::cuda

@@ -31,6 +31,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/moe/moe_tc.h"
 #include "backend/cuda/moe/routed.cuh"
@@ -52,15 +53,6 @@ __device__ __forceinline__ uint32_t e2m1_pair_f16(uint32_t word, int s) {
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, __half2 s) {
   const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), s);
   return *reinterpret_cast<const uint32_t*>(&r);
-}
-
-__device__ __forceinline__ void mma_f16(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                        uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
