@@ -271,6 +271,13 @@ class Backend : public virtual FamilyOps {
     hc_inject(X, y, inj);
     rms_norm(xn, X, w, eps, kind, group);
   }
+  // The hyper-connection read's up product and mix (qwen4_exp): m = a · upᵀ [T, n·D], then
+  // hc_read_mix(u, m, xn, n). Default: those two ops; a backend may make it one pass.
+  virtual void hc_up_read_mix(Tensor& u, const Tensor& a, const Weight& up, const Tensor& xn, int n) {
+    Tensor m = alloc({a.rows(), up.rows()});
+    matmul(m, a, up);
+    hc_read_mix(u, m, xn, n);
+  }
 
   // ---- elementwise (all allow in place) ------------------------------------------------------------------
   virtual void add(Tensor& out, const Tensor& a, const Tensor& b) = 0;                  // a + b

@@ -586,10 +586,8 @@ class Qwen4Exp final : public BatchedModel {
     const Backend::Product reads[] = {{&a, h.down, {.pre = inv_n, .act = Act::Silu}},
                                       {inj, h.inject, {.pre = inv_n, .act = Act::Sigmoid, .post = 2.0f}}};
     be.matmul_group(std::span(reads).first(inj && h.inject ? 2 : 1), xn);
-    Tensor m = be.alloc({T, n * D});
-    be.matmul(m, a, *h.up);
     Tensor u = be.alloc({T, D});
-    be.hc_read_mix(u, m, xn, static_cast<int>(n));
+    be.hc_up_read_mix(u, a, *h.up, xn, static_cast<int>(n));
     return u;
   }
 

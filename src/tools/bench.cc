@@ -29,6 +29,7 @@
 #ifdef BLOOMERY_HAVE_CUDA
 #include <cuda_profiler_api.h>
 
+#include "backend/cuda/attention/decode_attention.h"
 #include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
@@ -57,7 +58,8 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"gemv-tc", "gemv-tensor-cores"},
                                                        {"block-ops", "block-ops"},
                                                        {"router", "warp-router"},
-                                                       {"flash-attn", "flash-attn"}};
+                                                       {"flash-attn", "flash-attn"},
+                                                       {"gqa-decode", "gqa-decode"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -218,8 +220,9 @@ int run_bench(int argc, char** argv) {
          "hc_inject_norm, row-scaled accumulating products), rows 'tgN' and 'tgN+block-ops'; 'router' the "
          "router's block per token (BLOOMERY_CUDA_ROUTER_WARP=0) against a warp per token, rows 'tgN' and "
          "'tgN+warp-router'; 'flash-attn' prompt attention on the scalar kernel "
-         "(BLOOMERY_CUDA_FLASH_ATTENTION=0) against the tensor cores, rows 'ppN' and 'ppN+flash-attn'. pp "
-         "rows alternate too")
+         "(BLOOMERY_CUDA_FLASH_ATTENTION=0) against the tensor cores, rows 'ppN' and 'ppN+flash-attn'; "
+         "'gqa-decode' decode attention a block per query head (BLOOMERY_CUDA_GQA_DECODE=0) against a block "
+         "per KV head for its whole group, rows 'tgN' and 'tgN+gqa-decode'. pp rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -432,6 +435,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_router_warp(candidate); };
       else if (ab_knob == "flash-attn")
         hooks.set_ab = [](bool candidate) { cuda::set_flash_attention(candidate); };
+      else if (ab_knob == "gqa-decode")
+        hooks.set_ab = [](bool candidate) { cuda::set_gqa_decode(candidate); };
       else
         hooks.set_ab = [](bool candidate) { cuda::set_gemm_library(candidate); };
     }

@@ -40,6 +40,22 @@ std::vector<double> matmul_bound(const std::vector<float>& x, const std::vector<
 
 class CudaLinear : public BackendPair {
  protected:
+  // One product of a group test: weight format, rows, epilogue.
+  struct GroupPart {
+    FormatId f;
+    int64_t n;
+    Backend::Epilogue e;
+  };
+  // Random stored weights of `spec` at k columns on the card; `stored` keeps their bytes.
+  std::vector<Weight> upload_parts(const std::vector<GroupPart>& spec, int64_t k,
+                                   std::vector<std::unique_ptr<StoredWeight>>& stored) {
+    std::vector<Weight> ws;
+    for (const GroupPart& p : spec) {
+      stored.push_back(make_stored(p.f, p.n, k, rng_));
+      ws.push_back(gpu_->upload_stored("w", {p.n, k}, stored.back()->wb));
+    }
+    return ws;
+  }
   // matmul_rows on both backends over rows [row0, row0 + n) with T rows of x; checks the bound.
   void check_matmul(const Weight& wc, const Weight& wg, const std::vector<float>& decoded, int64_t T,
                     int64_t row0, int64_t n, const std::string& what) {
@@ -146,22 +162,13 @@ TEST_F(CudaLinear, GemvXOnceEqualsPerRowLoads) {
 // launch per width), more products than one launch takes, partial row groups, epilogues, T = 1, 2, 5, 8.
 TEST_F(CudaLinear, GroupedProductsEqualSeparateOnes) {
   const int64_t k = 2560;
-  struct P {
-    FormatId f;
-    int64_t n;
-    Backend::Epilogue e;
-  };
-  const std::vector<P> spec = {
+  const std::vector<GroupPart> spec = {
       {FormatId::BF16, 330, {}},  {FormatId::NVFP4, 642, {.pre = 0.25f, .act = Act::Silu}},
       {FormatId::BF16, 48, {}},   {FormatId::BF16, 4, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
       {FormatId::MXFP8, 257, {}}, {FormatId::BF16, 1, {.act = Act::Sigmoid}},
       {FormatId::BF16, 2560, {}}};
   std::vector<std::unique_ptr<StoredWeight>> stored;
-  std::vector<Weight> ws;
-  for (const P& p : spec) {
-    stored.push_back(make_stored(p.f, p.n, k, rng_));
-    ws.push_back(gpu_->upload_stored("w", {p.n, k}, stored.back()->wb));
-  }
+  const std::vector<Weight> ws = upload_parts(spec, k, stored);
   gpu_->set_group_products(true);
   for (int64_t T : {1, 2, 5, 8}) {
     Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
@@ -494,18 +501,9 @@ TEST_F(CudaLinear, GemvTcGroupedEqualsSeparate) {
 }
 
 // Milliseconds per y = x · Wᵀ over `iters` launches back to back (after one untimed launch).
-double matmul_ms(Backend& be, Tensor& y, const Tensor& x, const Weight& w, int iters) {
-  be.matmul(y, x, w);
-  cudaEvent_t a, b;
-  cudaEventCreate(&a), cudaEventCreate(&b);
-  cudaEventRecord(a);
-  for (int i = 0; i < iters; ++i) be.matmul(y, x, w);
-  cudaEventRecord(b);
-  cudaEventSynchronize(b);
-  float ms = 0;
-  cudaEventElapsedTime(&ms, a, b);
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  return ms / iters;
+double matmul_ms(cuda::CudaBackend& be, Tensor& y, const Tensor& x, const Weight& w, int iters) {
+  return ms_per_call(
+      be, [&] { be.matmul(y, x, w); }, iters);
 }
 
 // Decode-roofline measurement (not a pass/fail test): GEMV time per weight pass and achieved bandwidth.
@@ -591,6 +589,317 @@ TEST_F(CudaLinear, GemvTcBandwidth) {
     }
   }
   cuda::set_gemv_tc(was);
+}
+
+// ---- the split-K GEMV's launch shape (cuda::set_gemv_launch_override) ------------------------------------
+
+// The split-K GEMV for one scope (variant 2, x loaded once per warp for its rows); at the end the launch
+// shape goes back to the heuristic and the switches to what they were.
+class SplitKLaunch {
+ public:
+  SplitKLaunch() : variant_(cuda::gemv_variant()), x_once_(cuda::gemv_x_once()) {
+    cuda::set_gemv_variant(2);
+    cuda::set_gemv_x_once(true);
+  }
+  ~SplitKLaunch() {
+    cuda::set_gemv_launch_override(0, 0);
+    cuda::set_gemv_variant(variant_);
+    cuda::set_gemv_x_once(x_once_);
+  }
+  void set(int rows_per_warp, int split_k) { cuda::set_gemv_launch_override(rows_per_warp, split_k); }
+
+ private:
+  int variant_;
+  bool x_once_;
+};
+
+std::string launch_name(int rows_per_warp, int split_k) {
+  if (rows_per_warp == 0 && split_k == 0) return "heuristic";
+  return "R=" + (rows_per_warp ? std::to_string(rows_per_warp) : std::string("h")) +
+         " ks=" + (split_k ? std::to_string(split_k) : std::string("h"));
+}
+
+// Every launch shape the override allows (rows per warp 0, 1, 4 × split-K 0, 1, 2, 4, 8; 0 = the heuristic's)
+// stays within the GEMV bound of the CPU product (1e-5 · Σ|x·w|), for whole weights, a block of rows and a
+// grouped launch, in all four weight widths, with partial row groups (n % 4 ≠ 0) and rows shorter than one
+// pass of the split warps (K = 320 at ks = 8). The rows per warp change which warp owns a row, not its sums:
+// at one split, R = 1 and R = 4 give the same bits; a group gives the bits of its products one by one.
+// Values outside those sets throw.
+TEST_F(CudaLinear, GemvLaunchOverrideMatchesReference) {
+  SplitKLaunch launch;
+  TcSwitch tc(false);  // BF16 at T ≥ 2 would take the tensor cores, which ignore the override
+  for (auto [rows, ks] : {std::pair{2, 0}, std::pair{3, 1}, std::pair{8, 0}, std::pair{-1, 0},
+                          std::pair{1, 3}, std::pair{1, 16}, std::pair{0, 6}, std::pair{4, -2}})
+    EXPECT_THROW(launch.set(rows, ks), Error) << launch_name(rows, ks);
+  const int kRows[] = {0, 1, 4}, kSplits[] = {0, 1, 2, 4, 8};
+  struct Case {
+    FormatId f;
+    int64_t n, k;
+  };
+  for (const Case& cs : {Case{FormatId::BF16, 330, 2560}, Case{FormatId::BF16, 10240, 320},
+                         Case{FormatId::MXFP8, 257, 1024}, Case{FormatId::NVFP4, 642, 2560},
+                         Case{FormatId::FP8_BLOCK, 300, 2560}, Case{FormatId::F32, 333, 1024}}) {
+    auto s = make_any(cs.f, cs.n, cs.k, rng_);
+    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    const std::string shape =
+        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    for (int64_t T : {1, 2, 3, 8}) {
+      const auto x = randn(T * cs.k);
+      Tensor xc = cpu_->upload(x, {T, cs.k}), xg = gpu_->upload(x, {T, cs.k});
+      Tensor yc = cpu_->alloc({T, cs.n}), yg = gpu_->alloc({T, cs.n});
+      cpu_->matmul(yc, xc, wc);
+      const auto c = cpu_->download(yc);
+      const auto bound = matmul_bound(x, s->decoded, T, 0, cs.n, cs.k, 1e-5);
+      for (int ks : kSplits) {
+        std::vector<float> one_row;
+        for (int rows : kRows) {
+          launch.set(rows, ks);
+          const std::string what = shape + " T=" + std::to_string(T) + " " + launch_name(rows, ks);
+          gpu_->fill(yg, NAN);
+          gpu_->matmul(yg, xg, wg);
+          const auto g = gpu_->download(yg);
+          size_t at = 0;
+          EXPECT_LE(worst_ratio(g, c, bound, &at), 1.0)
+              << what << ": element " << at << " gpu " << g[at] << " cpu " << c[at] << " bound " << bound[at];
+          if (ks != 0 && rows == 1) one_row = g;
+          if (ks != 0 && rows == 4) {
+            EXPECT_EQ(0, std::memcmp(g.data(), one_row.data(), g.size() * 4))
+                << what << ": other bits than R=1 at the same split";
+          }
+          if (T == 1 || T == 3) check_matmul(wc, wg, s->decoded, T, 128, cs.n - 203, what + " rows 128+");
+        }
+      }
+    }
+  }
+  // A grouped launch (two widths, epilogues, a one-row product) gives the bits of its products one by one
+  // under every shape (single products are checked against the CPU above).
+  const int64_t k = 2560;
+  const std::vector<GroupPart> spec = {{FormatId::BF16, 330, {}},
+                                       {FormatId::BF16, 4, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
+                                       {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
+                                       {FormatId::BF16, 1, {.act = Act::Sigmoid}}};
+  std::vector<std::unique_ptr<StoredWeight>> stored;
+  const std::vector<Weight> ws = upload_parts(spec, k, stored);
+  gpu_->set_group_products(true);
+  for (int64_t T : {1, 4}) {
+    Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
+    for (int ks : kSplits)
+      for (int rows : kRows) {
+        launch.set(rows, ks);
+        std::vector<Tensor> grouped, separate;
+        for (const GroupPart& p : spec) {
+          grouped.push_back(gpu_->alloc({T, p.n}));
+          separate.push_back(gpu_->alloc({T, p.n}));
+          gpu_->fill(grouped.back(), NAN);
+        }
+        std::vector<Backend::Product> ps;
+        for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
+        gpu_->matmul_group(ps, x);
+        for (size_t i = 0; i < spec.size(); ++i) gpu_->matmul_epilogue(separate[i], x, ws[i], spec[i].e);
+        for (size_t i = 0; i < spec.size(); ++i)
+          expect_close(gpu_->download(grouped[i]), gpu_->download(separate[i]), 0, 0,
+                       "group product " + std::to_string(i) + " " + std::string(format_name(spec[i].f)) +
+                           " T=" + std::to_string(T) + " " + launch_name(rows, ks));
+      }
+  }
+  gpu_->set_group_products(false);
+}
+
+// Random stored bytes at [n, k] from a xorshift (the step's largest weights take a moment, not many
+// seconds): BF16 as fast_bf16; MXFP8 with random_e4m3's element bytes (no NaN codes, exponent field ≤ 9) and
+// block exponents 2^-7 .. 2^3 (make_stored's).
+std::unique_ptr<StoredWeight> fast_stored(FormatId f, uint64_t n, uint64_t k, uint64_t seed) {
+  if (f == FormatId::BF16) return fast_bf16(n, k, seed);
+  auto s = std::make_unique<StoredWeight>();
+  s->wb.format = FormatId::MXFP8;
+  s->wb.rows = n;
+  s->wb.cols = k;
+  s->wb.main_dtype = DType::F8_E4M3;
+  s->wb.scale_dtype = DType::U8;
+  s->main.resize(n * k);
+  s->scales.resize(n * k / 32);
+  uint64_t z = seed * 0x9E3779B97F4A7C15ull + 1;
+  const auto next = [&z] {
+    z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+    return z;
+  };
+  for (uint8_t& b : s->main) {
+    const uint8_t r = static_cast<uint8_t>(next() >> 24);
+    uint8_t e = (r >> 3) & 0xF;
+    if (e > 9) e = static_cast<uint8_t>(e - 6);
+    b = static_cast<uint8_t>((r & 0x87) | (e << 3));
+  }
+  for (uint8_t& b : s->scales) b = static_cast<uint8_t>(120 + (next() >> 32) % 11);
+  finish_stored(*s);
+  return s;
+}
+
+// Device µs per pass of `enqueue` (launches on the stream it is given): `passes` passes captured in one CUDA
+// graph, as a step runs its products (no host time between launches, the PDL edges kept), the graph replayed
+// three times after a warm-up, the best replay. One pass runs before the capture (lazy kernel loading and
+// shared-memory opt-ins stay out of it).
+template <class F>
+double graph_pass_us(F&& enqueue, int passes) {
+  cudaStream_t st;
+  cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking);
+  enqueue(st);
+  EXPECT_EQ(cudaSuccess, cudaStreamSynchronize(st));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  EXPECT_EQ(cudaSuccess, cudaStreamBeginCapture(st, cudaStreamCaptureModeRelaxed));
+  for (int i = 0; i < passes; ++i) enqueue(st);
+  EXPECT_EQ(cudaSuccess, cudaStreamEndCapture(st, &graph));
+  EXPECT_EQ(cudaSuccess, cudaGraphInstantiate(&exec, graph, 0));
+  cudaEvent_t a, b;
+  cudaEventCreate(&a), cudaEventCreate(&b);
+  cudaGraphLaunch(exec, st);
+  double best = INFINITY;
+  for (int round = 0; round < 3; ++round) {
+    cudaEventRecord(a, st);
+    cudaGraphLaunch(exec, st);
+    cudaEventRecord(b, st);
+    cudaEventSynchronize(b);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, a, b);
+    best = std::min(best, 1e3 * ms / passes);
+  }
+  EXPECT_EQ(cudaSuccess, cudaGetLastError());
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  cudaGraphExecDestroy(exec), cudaGraphDestroy(graph), cudaStreamDestroy(st);
+  return best;
+}
+
+// Launch-shape sweep (not a pass/fail test): the decode step's products of the full-size qwen4_exp, BF16
+// (nvidia layout; T = 1 and 4) and MXFP8 (FP4-Local layout; T = 1), on the split-K kernel under every rows
+// per warp R ∈ {1, 4} × split-K ks ∈ {1, 2, 4, 8} and the heuristic's choice: µs per product (or grouped
+// launch) and GB/s of weight bytes, the fastest shape marked, then a summary. The launchers the backend's
+// matmul / matmul_group call (cuda::gemv, cuda::gemv_group) run back to back in a CUDA graph, as in a step;
+// copies of the weights, read in turn, overflow the L2 twice, so each launch reads HBM as in a step (one
+// weight back to back would run from the L2). The tensor cores (BF16, T ≥ 2) are off for the sweep and timed
+// once as a reference.
+TEST_F(CudaLinear, GemvLaunchSweepBandwidth) {
+  SplitKLaunch launch;
+  TcSwitch tc(false);
+  int l2 = 0;
+  cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, 0);
+  // [out, in] and epilogue of each product; two or more products are one grouped launch (matmul_group).
+  struct Op {
+    int64_t n, k;
+    cuda::Epilogue e;
+  };
+  struct Shape {
+    const char* what;
+    std::vector<Op> ops;
+  };
+  const cuda::Epilogue none{};
+  const cuda::Epilogue hc_down{.pre = 0.25f, .act = cuda::kActSilu};
+  const cuda::Epilogue hc_inject{.pre = 0.25f, .act = cuda::kActSigmoid, .post = 2.0f};
+  const cuda::Epilogue gate{.act = cuda::kActSigmoid};
+  const std::vector<Shape> shapes = {
+      {"GDN out_proj / QSA o_proj", {{2560, 6144, none}}},
+      {"HC up", {{10240, 320, none}}},
+      {"shared expert down", {{2560, 640, none}}},
+      {"GDN in_proj_z", {{6144, 2560, none}}},
+      {"GDN in_proj_qkv", {{10240, 2560, none}}},
+      {"QSA q_proj", {{12288, 2560, none}}},
+      {"group: HC down + inject", {{320, 10240, hc_down}, {4, 10240, hc_inject}}},
+      {"group: GDN in-projections qkv, z, b, a",
+       {{10240, 2560, none}, {6144, 2560, none}, {48, 2560, none}, {48, 2560, none}}},
+      {"group: QSA in-projections idx_qk, q, k, v",
+       {{640, 2560, none}, {12288, 2560, none}, {512, 2560, none}, {512, 2560, none}}},
+      {"group: MoE router, shared gate, up, gate",
+       {{512, 2560, none}, {640, 2560, none}, {640, 2560, none}, {1, 2560, gate}}},
+  };
+  std::vector<std::pair<int, int>> configs = {{0, 0}};
+  for (int rows : {1, 4})
+    for (int ks : {1, 2, 4, 8}) configs.push_back({rows, ks});
+  std::vector<std::string> summary;
+  for (FormatId f : {FormatId::BF16, FormatId::MXFP8}) {
+    const std::string fmt(format_name(f));
+    for (const Shape& sh : shapes) {
+      // One set of weights, then copies of its bytes up to twice the L2.
+      const size_t count = sh.ops.size();
+      double bytes = 0;
+      std::vector<std::unique_ptr<StoredWeight>> stored;
+      for (const Op& op : sh.ops) {
+        stored.push_back(fast_stored(f, op.n, op.k, op.n * 31 + op.k));
+        const StoredWeight& s = *stored.back();
+        bytes += static_cast<double>(s.main.size() + s.scales.size() + s.grid.size() * 4);
+      }
+      const int copies = std::clamp(static_cast<int>(std::ceil(2.0 * l2 / bytes)), 1, 64);
+      const int passes = (300 + copies - 1) / copies;  // ≥ 300 launches a replay
+      std::vector<Weight> ws;
+      ws.reserve(copies * count);
+      for (int c = 0; c < copies; ++c)
+        for (size_t i = 0; i < count; ++i)
+          ws.push_back(gpu_->upload_stored("sweep", {sh.ops[i].n, sh.ops[i].k}, stored[i]->wb));
+      stored.clear();
+      const int64_t k = sh.ops[0].k;
+      std::string dims;
+      for (const Op& op : sh.ops)
+        dims += (dims.empty() ? "[" : " + [") + std::to_string(op.n) + ", " + std::to_string(op.k) + "]";
+      for (int64_t T : f == FormatId::BF16 ? std::vector<int64_t>{1, 4} : std::vector<int64_t>{1}) {
+        Tensor x = gpu_->upload(randn(T * k), {T, k});
+        std::vector<Tensor> ys;
+        ys.reserve(ws.size());
+        std::vector<std::vector<cuda::GemvProduct>> sets(copies);
+        for (size_t i = 0; i < ws.size(); ++i) {
+          const Op& op = sh.ops[i % count];
+          ys.push_back(gpu_->alloc({T, op.n}));
+          sets[i / count].push_back({cuda::device_weight(ws[i], "sweep"), ys.back().f32(), op.e});
+        }
+        const float* xp = x.f32();
+        ASSERT_TRUE(cuda::gemv_group_applies(sets[0], xp, static_cast<int>(T))) << dims;
+        gpu_->synchronize();  // the uploads and any deferred fills, on the backend's stream
+        const auto pass_us = [&] {
+          return graph_pass_us(
+              [&](cudaStream_t st) {
+                for (const auto& set : sets) {
+                  const cuda::GemvProduct& p = set[0];
+                  if (set.size() == 1)
+                    cuda::gemv(p.w, 0, static_cast<int64_t>(p.w.rows), xp, static_cast<int>(T), p.y, st, p.e);
+                  else
+                    cuda::gemv_group(set, xp, static_cast<int>(T), st);
+                }
+              },
+              passes);
+        };
+        const std::string head = "[gemv-sweep] " + fmt + " T=" + std::to_string(T) + " " + dims;
+        std::vector<double> us;
+        for (auto [rows, ks] : configs) {
+          launch.set(rows, ks);
+          us.push_back(pass_us() / copies);  // a pass reads every copy once: µs per product (or group)
+        }
+        launch.set(0, 0);
+        const size_t best = std::min_element(us.begin(), us.end()) - us.begin();
+        std::printf("%s (%s), %.1f MB, %d copies:\n", head.c_str(), sh.what, bytes / 1e6, copies);
+        for (size_t c = 0; c < configs.size(); ++c) {
+          char mark[64] = "";
+          if (c == best)
+            std::snprintf(mark, sizeof mark, " <- fastest, %.3f x the heuristic's time", us[c] / us[0]);
+          std::printf("%s %-9s %8.2f us %6.0f GB/s%s\n", head.c_str(),
+                      launch_name(configs[c].first, configs[c].second).c_str(), us[c],
+                      bytes / (us[c] * 1e-6) / 1e9, mark);
+        }
+        if (f == FormatId::BF16 && T >= 2) {
+          cuda::set_gemv_tc(true);
+          const double tc_us = pass_us() / copies;
+          cuda::set_gemv_tc(false);
+          std::printf("%s tensor cores (reference, not swept) %.2f us %.0f GB/s\n", head.c_str(), tc_us,
+                      bytes / (tc_us * 1e-6) / 1e9);
+        }
+        char line[256];
+        std::snprintf(line, sizeof line,
+                      "[gemv-sweep-best] %s T=%lld %s: heuristic %.2f us, %s %.2f us (%+.1f%%)", fmt.c_str(),
+                      static_cast<long long>(T), dims.c_str(), us[0],
+                      launch_name(configs[best].first, configs[best].second).c_str(), us[best],
+                      100.0 * (us[best] / us[0] - 1.0));
+        summary.push_back(line);
+      }
+    }
+  }
+  for (const std::string& line : summary) std::printf("%s\n", line.c_str());
 }
 
 }  // namespace

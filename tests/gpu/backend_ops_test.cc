@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "backend/cuda/attention/decode_attention.h"
 #include "backend/cuda/attention/flash_attention.h"
 #include "backend_util.h"
 
@@ -21,6 +22,10 @@ namespace {
 
 class CudaOps : public BackendPair {
  protected:
+  template <class F>
+  double ms_per_call(F&& fn, int reps) {
+    return gputest::ms_per_call(*gpu_, fn, reps);
+  }
   std::pair<Tensor, Tensor> both(const std::vector<float>& v, std::vector<int64_t> shape) {
     return {cpu_->upload(v, shape), gpu_->upload(v, shape)};
   }
@@ -112,43 +117,88 @@ TEST_F(CudaOps, RopePartialAndInterleaved) {
 
 // The decode and prompt kernels against the CPU: qwen4_exp's heads (24 over 2, d 256) at short, long and
 // masked contexts (query 0 of a masked case sees nothing: zeros), and other head layouts (d 128, one query
-// head per KV head, 16 per KV head, dv < d).
+// head per KV head, 16 per KV head, dv < d, d 32 and 64). Decode rows run on both decode kernels (by KV head,
+// decode_attention.cu, and per query head), the output poisoned with NaN first.
 TEST_F(CudaOps, AttentionDecodeAndPrompt) {
-  struct Case {
-    int64_t T, S;
-    bool mask;
-    int64_t Hq = 24, Hkv = 2, d = 256, dv = 256;
-  };
-  for (const Case& cs :
-       {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true},
-        Case{2, 3000, true}, Case{3, 40000, false}, Case{1, 2000, true, 16, 16, 128, 128},
-        Case{4, 999, false, 32, 2, 128, 128}, Case{1, 130, false, 8, 1, 256, 128}, Case{1, 5, false}}) {
-    const int64_t Hq = cs.Hq, Hkv = cs.Hkv, d = cs.d, dv = cs.dv;
-    auto [qc, qg] = both(randn(cs.T * Hq * d), {cs.T, Hq, d});
-    auto [kc, kg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
-    auto [vc, vg] = both(randn(cs.S * Hkv * dv), {cs.S, Hkv, dv});
-    std::vector<float> allowed(cs.T * cs.S, 1.0f);
-    if (cs.mask) {
-      for (auto& a : allowed) a = (rng_() % 3) ? 1.0f : 0.0f;
-      for (int64_t j = 0; j < cs.S; ++j) allowed[j] = 0.0f;  // query 0 sees nothing: zeros
+  for (bool by_kv_head : {true, false}) {
+    cuda::set_gqa_decode(by_kv_head);
+    SCOPED_TRACE(by_kv_head ? "decode by KV head" : "decode per query head");
+    struct Case {
+      int64_t T, S;
+      bool mask;
+      int64_t Hq = 24, Hkv = 2, d = 256, dv = 256;
+    };
+    for (const Case& cs :
+         {Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true},
+          Case{2, 3000, true}, Case{3, 40000, false}, Case{1, 2000, true, 16, 16, 128, 128},
+          Case{4, 999, false, 32, 2, 128, 128}, Case{1, 130, false, 8, 1, 256, 128}, Case{1, 5, false},
+          Case{1, 4097, true}, Case{5, 4101, true}, Case{9, 70, true, 8, 2, 64, 32},
+          Case{1, 600, false, 4, 2, 32, 32}, Case{2, 9000, false, 16, 4, 128, 64}}) {
+      const int64_t Hq = cs.Hq, Hkv = cs.Hkv, d = cs.d, dv = cs.dv;
+      auto [qc, qg] = both(randn(cs.T * Hq * d), {cs.T, Hq, d});
+      auto [kc, kg] = both(randn(cs.S * Hkv * d), {cs.S, Hkv, d});
+      auto [vc, vg] = both(randn(cs.S * Hkv * dv), {cs.S, Hkv, dv});
+      std::vector<float> allowed(cs.T * cs.S, 1.0f);
+      if (cs.mask) {
+        for (auto& a : allowed) a = (rng_() % 3) ? 1.0f : 0.0f;
+        for (int64_t j = 0; j < cs.S; ++j) allowed[j] = 0.0f;  // query 0 sees nothing: zeros
+      }
+      auto [ac, ag] = both(allowed, {cs.T, cs.S});
+      Tensor oc = cpu_->alloc({cs.T, Hq, dv}), og = gpu_->alloc({cs.T, Hq, dv});
+      gpu_->fill(og, std::nanf(""));
+      const int64_t q0 = cs.S - cs.T;
+      cpu_->attention(oc, qc, kc, vc, q0, 0.0625f, cs.mask ? &ac : nullptr);
+      gpu_->attention(og, qg, kg, vg, q0, 0.0625f, cs.mask ? &ag : nullptr);
+      const auto g = gpu_->download(og), c = cpu_->download(oc);
+      const double r = max_rel(g, c);
+      const std::string what = "T=" + std::to_string(cs.T) + " S=" + std::to_string(cs.S) +
+                               " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                               " d=" + std::to_string(d) + " dv=" + std::to_string(dv);
+      EXPECT_LE(r, 1e-4) << what;
+      if (cs.mask) {
+        for (int64_t e = 0; e < Hq * dv; ++e)
+          ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros, " << what;
+      }
+      std::printf("[attention] %s mask=%d by-kv-head=%d: max|gpu-cpu|/max|cpu| = %.2e\n", what.c_str(),
+                  cs.mask, by_kv_head, r);
     }
-    auto [ac, ag] = both(allowed, {cs.T, cs.S});
-    Tensor oc = cpu_->alloc({cs.T, Hq, dv}), og = gpu_->alloc({cs.T, Hq, dv});
-    const int64_t q0 = cs.S - cs.T;
-    cpu_->attention(oc, qc, kc, vc, q0, 0.0625f, cs.mask ? &ac : nullptr);
-    gpu_->attention(og, qg, kg, vg, q0, 0.0625f, cs.mask ? &ag : nullptr);
-    const auto g = gpu_->download(og), c = cpu_->download(oc);
-    const double r = max_rel(g, c);
-    const std::string what = "T=" + std::to_string(cs.T) + " S=" + std::to_string(cs.S) +
-                             " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
-                             " d=" + std::to_string(d) + " dv=" + std::to_string(dv);
-    EXPECT_LE(r, 1e-4) << what;
-    if (cs.mask) {
-      for (int64_t e = 0; e < Hq * dv; ++e)
-        ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros, " << what;
-    }
-    std::printf("[attention] %s mask=%d: max|gpu-cpu|/max|cpu| = %.2e\n", what.c_str(), cs.mask, r);
   }
+  cuda::set_gqa_decode(true);
+}
+
+// Decode attention at qwen4_exp's shapes (24 query heads over 2 KV heads, d 256, the QSA mask keeping half of
+// the keys in runs of 4) and qwen3_next's (16 over 2, no mask): the per-query-head kernel against the
+// by-KV-head one, time per call (split merge included) and the rate of the K and V bytes the mask keeps.
+TEST_F(CudaOps, AttentionDecodeTimings) {
+  for (const auto& [Hq, masked] : {std::pair<int64_t, bool>{24, true}, {16, false}})
+    for (int64_t S : {4097, 32769}) {
+      for (int64_t T : {1, 5}) {
+        const int64_t Hkv = 2, d = 256;
+        Tensor q = gpu_->upload(randn(T * Hq * d), {T, Hq, d}), o = gpu_->alloc({T, Hq, d});
+        Tensor k = gpu_->upload(randn(S * Hkv * d), {S, Hkv, d}),
+               v = gpu_->upload(randn(S * Hkv * d), {S, Hkv, d});
+        std::vector<float> allowed(T * S, 1.0f);
+        if (masked)
+          for (int64_t t = 0; t < T; ++t)
+            for (int64_t j = 0; j < S; j += 4)
+              if (rng_() % 2)
+                for (int64_t m = j; m < std::min(S, j + 4); ++m) allowed[t * S + m] = 0.0f;
+        Tensor m = gpu_->upload(allowed, {T, S});
+        const double kept = std::accumulate(allowed.begin(), allowed.begin() + S, 0.0);
+        for (bool by_kv : {false, true}) {
+          cuda::set_gqa_decode(by_kv);
+          const double ms =
+              ms_per_call([&] { gpu_->attention(o, q, k, v, S - T, 0.0625f, masked ? &m : nullptr); }, 50);
+          std::printf(
+              "[time] decode attention T=%lld S=%lld (%lld/2 heads, d 256%s) %s: %.1f us, %.0f GB/s of kept "
+              "K+V\n",
+              static_cast<long long>(T), static_cast<long long>(S), static_cast<long long>(Hq),
+              masked ? ", QSA-style mask" : "", by_kv ? "by KV head" : "per query head", ms * 1e3,
+              kept * Hkv * d * 8 / (ms * 1e-3) / 1e9);
+        }
+      }
+    }
+  cuda::set_gqa_decode(true);
 }
 
 // The prompt kernel on the tensor cores (attention/flash_attention.cu) against the CPU and against the scalar
@@ -222,19 +272,7 @@ TEST_F(CudaOps, FlashAttentionTimings) {
     Tensor m = gpu_->upload(allowed, {T, T});
     for (bool flash : {false, true}) {
       cuda::set_flash_attention(flash);
-      gpu_->attention(o, q, k, v, 0, 0.0625f, &m);
-      gpu_->synchronize();
-      cudaEvent_t a, b;
-      cudaEventCreate(&a), cudaEventCreate(&b);
-      const int reps = flash ? 10 : 2;
-      cudaEventRecord(a);
-      for (int i = 0; i < reps; ++i) gpu_->attention(o, q, k, v, 0, 0.0625f, &m);
-      cudaEventRecord(b);
-      cudaEventSynchronize(b);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, a, b);
-      cudaEventDestroy(a), cudaEventDestroy(b);
-      ms /= reps;
+      const double ms = ms_per_call([&] { gpu_->attention(o, q, k, v, 0, 0.0625f, &m); }, flash ? 10 : 2);
       const double flop = 4.0 * T * (T / 2.0) * Hq * d;
       std::printf("[time] prompt attention T=%lld (24/2 heads, d 256, masked) %s: %.3f ms, %.1f TFLOP/s\n",
                   static_cast<long long>(T), flash ? "tensor cores" : "scalar", ms,
@@ -399,18 +437,7 @@ TEST_F(CudaOps, Sampling) {
 // Timings of the decode-path small ops at real shapes (not pass/fail; for the report and later tuning).
 TEST_F(CudaOps, Timings) {
   auto time_us = [&](auto&& fn) {
-    fn();
-    gpu_->synchronize();
-    cudaEvent_t a, b;
-    cudaEventCreate(&a), cudaEventCreate(&b);
-    cudaEventRecord(a);
-    for (int i = 0; i < 10; ++i) fn();
-    cudaEventRecord(b);
-    cudaEventSynchronize(b);
-    float ms = 0;
-    cudaEventElapsedTime(&ms, a, b);
-    cudaEventDestroy(a), cudaEventDestroy(b);
-    return ms * 100.0;  // per call, microseconds
+    return 1e3 * ms_per_call(fn, 10);  // per call, microseconds
   };
   for (int64_t S : {4096, 32768}) {
     Tensor q = gpu_->upload(randn(24 * 256), {1, 24, 256}), k = gpu_->upload(randn(S * 2 * 256), {S, 2, 256});

@@ -101,6 +101,24 @@ inline void expect_close(const std::vector<float>& gpu, const std::vector<float>
   EXPECT_LE(r, 1.0) << what << ": element " << at << " gpu " << gpu[at] << " cpu " << cpu[at];
 }
 
+// Milliseconds per call of fn over `reps` calls back to back, after one untimed call and a synchronize of
+// `be` (timing tests, not pass/fail).
+template <class F>
+double ms_per_call(cuda::CudaBackend& be, F&& fn, int reps) {
+  fn();
+  be.synchronize();
+  cudaEvent_t a, b;
+  cudaEventCreate(&a), cudaEventCreate(&b);
+  cudaEventRecord(a);
+  for (int i = 0; i < reps; ++i) fn();
+  cudaEventRecord(b);
+  cudaEventSynchronize(b);
+  float ms = 0;
+  cudaEventElapsedTime(&ms, a, b);
+  cudaEventDestroy(a), cudaEventDestroy(b);
+  return ms / reps;
+}
+
 // Closeness relative to the largest reference magnitude: max|g − c| ≤ tol · max|c| (recurrences whose
 // outputs have no per-element scale).
 inline double max_rel(const std::vector<float>& gpu, const std::vector<float>& cpu) {

@@ -2,6 +2,7 @@
 // CPU backend runs and the goldens hold): split_cols in one launch, hc_inject_norm in one pass, and a
 // product's row scale and accumulating store in the decode GEMV. Each fused op computes in the separate ops'
 // order and rounding, so the bits must be equal; the CPU side checks that both are the right math.
+#include "backend/cuda/kernels.h"
 #include "backend_util.h"
 
 namespace bloomery::gputest {
@@ -127,6 +128,46 @@ TEST_F(BlockOps, RowScaledAccumulatingProductEqualsSeparateOps) {
       }
     }
   }
+}
+
+// The hyper-connection read's up product and mix in one pass (hc_up_read_mix) against the product and the mix
+// as two ops: the real shape (up [4·2560, 320]) in both layouts' formats and the fixture's (4 × 64, 32), one
+// decode row (fused: hc_up_mix_applies takes one row) and 2, 3, 8, 9 (the two ops both ways). Each m is
+// summed as the split-K GEMV sums it, so the bits must equal the two ops' with that GEMV (the tensor-core
+// GEMV, the default for BF16 at 2-8 rows, rounds its activations and is off here); against the CPU (decoded
+// weights, f32) within hc_read_mix's bound up to 8 rows (9 rows take the prompt GEMM, whose bounds are
+// gemm_tc_test's).
+TEST_F(BlockOps, UpReadMixEqualsProductThenMix) {
+  const int n = 4;
+  const bool tc = cuda::gemv_tc();
+  cuda::set_gemv_tc(false);
+  for (auto [D, K] : {std::pair<int64_t, int64_t>{2560, 320}, {64, 32}}) {
+    for (FormatId f : {FormatId::BF16, FormatId::MXFP8}) {
+      auto stored = make_stored(f, n * D, K, rng_);
+      Weight wg = gpu_->upload_stored("up", {n * D, K}, stored->wb);
+      Weight wc = cpu_->upload_weight("up", stored->decoded, {n * D, K});
+      for (int64_t T : {1, 2, 3, 8, 9}) {
+        const auto a = randn(static_cast<size_t>(T * K), 0.3f), xn = randn(static_cast<size_t>(T * n * D));
+        Tensor ag = gpu_->upload(a, {T, K}), xg = gpu_->upload(xn, {T, n * D});
+        Tensor ac = cpu_->upload(a, {T, K}), xc = cpu_->upload(xn, {T, n * D});
+        std::vector<std::vector<float>> out;
+        for (bool fused : {true, false}) {
+          gpu_->set_block_ops(fused);
+          Tensor u = gpu_->alloc({T, D});
+          gpu_->fill(u, std::nanf(""));
+          gpu_->hc_up_read_mix(u, ag, wg, xg, n);
+          out.push_back(bits(u));
+        }
+        Tensor uc = cpu_->alloc({T, D});
+        cpu_->hc_up_read_mix(uc, ac, wc, xc, n);
+        const std::string what =
+            std::string(format_name(f)) + " D=" + std::to_string(D) + " T=" + std::to_string(T);
+        expect_close(out[0], out[1], 0, 0, what + " fused vs product then mix");
+        if (T <= cuda::kGemvMaxRows) expect_close(out[0], cpu_->download(uc), 1e-4, 1e-5, what + " vs cpu");
+      }
+    }
+  }
+  cuda::set_gemv_tc(tc);
 }
 
 }  // namespace

@@ -24,6 +24,9 @@ struct QsaShape {
 };
 constexpr QsaShape kReal{4, 128, 4, 512, 64, 1e7};
 constexpr QsaShape kFixture{8, 16, 4, 2, 8, 1e7};
+// Off-size shapes for the few-query score path: d odd (its unvectorised copy), d above its 128 threads and
+// not dividing them, Hi not a multiple of its 4 head slots, compress 3.
+constexpr QsaShape kOddSmall{3, 37, 3, 5, 8, 1e4}, kOddWide{5, 200, 4, 7, 8, 1e4};
 
 class Qwen4Ops : public BackendPair {
  protected:
@@ -166,6 +169,22 @@ TEST_F(Qwen4Ops, QsaSelectDecodeMatchesCpu) {
   }
 }
 
+// Speculative-verify steps (T = 2 … 16, the card's few-query score path): every query of the step sees its
+// own causal block count, which differs within a step wherever q0 + t + 1 crosses a block boundary.
+TEST_F(Qwen4Ops, QsaSelectFewQueriesMatchCpu) {
+  for (const QsaShape& s : {kReal, kFixture})
+    for (int64_t S : {int64_t{5}, int64_t{9}, int64_t{2051}, int64_t{4096}, int64_t{32771}})
+      for (int64_t T = 2; T <= std::min<int64_t>(S, 16); ++T) {
+        const auto blk = blocks_for(s, S);
+        select_both(s, randn(T * s.Hi * s.d), T, blk, S - T, "few queries d " + std::to_string(s.d));
+      }
+  for (const QsaShape& s : {kOddSmall, kOddWide})
+    for (int64_t S : {int64_t{9}, int64_t{97}, int64_t{1000}})
+      for (int64_t T : {int64_t{1}, int64_t{2}, int64_t{5}, int64_t{9}})
+        select_both(s, randn(T * s.Hi * s.d), T, blocks_for(s, S), S - T,
+                    "few queries Hi " + std::to_string(s.Hi) + " d " + std::to_string(s.d));
+}
+
 TEST_F(Qwen4Ops, QsaSelectPromptMatchesCpu) {
   const QsaShape s = kReal;
   {  // a 4096-token prompt from an empty cache: one launch pair for all queries
@@ -184,19 +203,33 @@ TEST_F(Qwen4Ops, QsaSelectPromptMatchesCpu) {
 TEST_F(Qwen4Ops, QsaSelectExactTiesMatchCpu) {
   for (const QsaShape& s : {kReal, kFixture}) {
     const auto pool = randn(4 * s.d);
-    const int64_t S = 5000, nrows = S / s.compress + 1;
-    std::vector<float> blk(nrows * s.d, 0.0f);
     std::uniform_int_distribution<int> pick(0, 4);  // 4 = the zero vector
-    for (int64_t b = 0; b < nrows; ++b) {
-      const int p = pick(rng_);
-      if (p < 4) std::copy(pool.begin() + p * s.d, pool.begin() + (p + 1) * s.d, blk.begin() + b * s.d);
-    }
+    const auto tied_blocks = [&](int64_t S) {
+      const int64_t nrows = S / s.compress + 1;
+      std::vector<float> blk(nrows * s.d, 0.0f);
+      for (int64_t b = 0; b < nrows; ++b) {
+        const int p = pick(rng_);
+        if (p < 4) std::copy(pool.begin() + p * s.d, pool.begin() + (p + 1) * s.d, blk.begin() + b * s.d);
+      }
+      return blk;
+    };
+    const int64_t S = 5000;
+    const auto blk = tied_blocks(S);
     const std::string what = "ties d " + std::to_string(s.d);
     int64_t ties = select_both(s, randn(s.Hi * s.d), 1, blk, S - 1, what + " decode");
+    for (int64_t T = 2; T <= 16; ++T)  // speculative verify (the few-query score path)
+      ties += select_both(s, randn(T * s.Hi * s.d), T, blk, S - T, what + " verify");
     ties += select_both(s, randn(300 * s.Hi * s.d), 300, blk, S - 300, what + " prompt");
     // all-zero queries: every score is exactly 0, the lowest block indices win
     ties +=
         select_both(s, std::vector<float>(64 * s.Hi * s.d, 0.0f), 64, blk, S - 64, what + " zero queries");
+    // 10000 blocks: equal keys are ranked across many chunks of the selection's threads
+    const int64_t SL = 40000;
+    const auto blk_long = tied_blocks(SL);
+    ties += select_both(s, randn(s.Hi * s.d), 1, blk_long, SL - 1, what + " long decode");
+    ties += select_both(s, randn(5 * s.Hi * s.d), 5, blk_long, SL - 5, what + " long verify");
+    ties += select_both(s, std::vector<float>(3 * s.Hi * s.d, 0.0f), 3, blk_long, SL - 3,
+                        what + " long zero queries");
     EXPECT_GT(ties, 0) << "the crafted data must produce ties at the cut";
     // block_topk 0: nothing but the tail
     select_both(s, randn(5 * s.Hi * s.d), 5, blk, 37, what + " topk 0", 0);
@@ -211,11 +244,13 @@ TEST_F(Qwen4Ops, QsaFixtureShapesMatchCpu) {
   select_both(s, randn(13 * s.Hi * s.d), 13, blocks_for(s, 30), 17, "fixture chunk");
 }
 
-// Time of the select on the card (not a pass/fail bound): a 4096-token prompt and decode at 32K.
+// Time of the select on the card (not a pass/fail bound): a 4096-token prompt, decode at 4K, 32K and 128K,
+// and speculative-verify steps of 9 and 16 queries at 4K.
 TEST_F(Qwen4Ops, QsaSelectTiming) {
   const QsaShape s = kReal;
   const QsaIndexSpec sp = spec_of(s);
-  for (auto [T, q0] : {std::pair<int64_t, int64_t>{4096, 0}, {1, 32767}, {1, 131071}}) {
+  for (auto [T, q0] :
+       {std::pair<int64_t, int64_t>{4096, 0}, {1, 4095}, {9, 4087}, {16, 4080}, {1, 32767}, {1, 131071}}) {
     const int64_t S = q0 + T;
     auto qg = gpu_->upload(randn(T * s.Hi * s.d), {T, s.Hi, s.d});
     auto bg = gpu_->upload(blocks_for(s, S), {S / s.compress + 1, s.d});

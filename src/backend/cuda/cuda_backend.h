@@ -137,6 +137,7 @@ class CudaBackend final : public Backend {
   void hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) override;
   void hc_inject_norm(Tensor& X, const Tensor& y, const Tensor& inj, Tensor& xn, const Weight* w, float eps,
                       NormKind kind, int64_t group) override;
+  void hc_up_read_mix(Tensor& u, const Tensor& a, const Weight& up, const Tensor& xn, int n) override;
   void ple_gate(Tensor& G, const Tensor& kn, const Tensor& qn, const Tensor& v) override;
   void qsa_index_append(Tensor& raw, Tensor& blocks, const Tensor& kraw, int64_t pos0, const Weight& k_norm,
                         const QsaIndexSpec& spec) override;

@@ -45,6 +45,9 @@ struct GemvProduct {
   Epilogue e;
 };
 bool gemv_group_applies(std::span<const GemvProduct> ps, const float* x, int T);
+// The weight reads in 16-byte units along K (K a multiple of the unit, FP8 tiles a multiple of 16 wide): the
+// condition of every unit kernel (the split-K GEMV, the hyper-connection read's fused up product).
+bool unit_path(const DeviceWeight& w);
 void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s);
 // y[i] = e(y[i]) for i < n, in place (products whose kernel has no epilogue of its own: GEMM, old GEMV).
 void epilogue(float* y, int64_t n, const Epilogue& e, cudaStream_t s);
@@ -56,6 +59,10 @@ void set_gemv_variant(int v);
 // warp's weight rows (on unless BLOOMERY_CUDA_GEMV_X_ONCE=0; the same sums in the same order either way).
 bool gemv_x_once();
 void set_gemv_x_once(bool on);
+// Tests only (launch sweeps): the split-K kernel's weight rows per warp (1 or 4) and split-K ways (1, 2, 4 or
+// 8) in gemv() and gemv_group(), 0 for the heuristic's choice of either; the tensor-core and variant-1
+// kernels ignore it. Any other value throws (E_CUDA). Set between steps, reset with (0, 0).
+void set_gemv_launch_override(int rows_per_warp, int split_k);
 // Variant 2's BF16 products on the tensor cores (gemv/gemv_tc.cu: mma.sync with x split into bf16 hi + lo,
 // ~16 bits of each activation kept; K a multiple of 32, x 16-byte aligned) for 2-8 rows of x; on unless
 // BLOOMERY_CUDA_GEMV_TC=0 at start (docs/performance.md: C = 4 decode 173.8 -> 209.4 tok/s on the H200),

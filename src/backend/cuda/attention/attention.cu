@@ -2,10 +2,12 @@
 // online softmax in f32 (running max and sum), causal limit q0 + t and an optional allowed mask [T, S].
 // Each warp scores keys with coalesced reads of a key row; each thread owns output dims e ≡ tid (mod 128).
 // Decode (few query rows, long cache) splits the keys over several blocks and merges (m, l, o) partials.
-// Prompts take the tensor-core kernel (flash_attention.cu) where it applies; this one is its reference.
+// Prompts take the tensor-core kernel (flash_attention.cu) and decode rows the by-KV-head kernel
+// (decode_attention.cu) where they apply; this one is their reference.
 #include <algorithm>
 #include <string>
 
+#include "backend/cuda/attention/decode_attention.h"
 #include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
@@ -119,7 +121,7 @@ __global__ void attention_combine(float* __restrict__ out, const float* __restri
 }  // namespace
 
 int attention_part_floats(int64_t T, int64_t Hq, int64_t dv) {
-  return static_cast<int>(T * Hq * kMaxSplits * (dv + 2));
+  return static_cast<int>(T * Hq * std::max(kMaxSplits, kGqaMaxSplits) * (dv + 2));
 }
 
 void attention(float* out, const float* q, const float* k, const float* v, const float* allowed, int64_t T,
@@ -132,6 +134,8 @@ void attention(float* out, const float* q, const float* k, const float* v, const
   if (dv > kThreads * kMaxDvPerThread) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": dv > 512");
   if (flash_attention_applies(T, Hq, d, Hkv, dv, q, k, v, out))
     return flash_attention(out, q, k, v, allowed, T, Hq, d, S, Hkv, q0, scale, s);
+  if (part && T * Hq < 264 && gqa_decode_applies(Hq, d, Hkv, dv, q, k, part))
+    return gqa_decode_attention(out, q, k, v, allowed, T, Hq, d, S, Hkv, dv, q0, scale, part, s);
   // Few (t, h) blocks over a long cache (decode): split the keys into chunks of kSplitKeys so the card fills,
   // then merge. Prompts have T·Hq blocks already.
   const int64_t S_used = q0 + T;

@@ -4,9 +4,11 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/qwen4_kernels.h"
+#include "backend/cuda/gemv/unit_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
+#include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -31,6 +33,66 @@ __global__ void hc_read_mix_k(float* u, const float* m, const float* xn, int64_t
       acc = __fadd_rn(acc, __fmul_rn(1.0f / (1.0f + expf(-m[j])), xn[j]));
     }
     u[i] = acc / nf;  // divided by n as the CPU op does (not multiplied by 1/n)
+  }
+}
+
+// The read's up product and mix: a warp per column d computes the n rows d, D + d, … of m = a · upᵀ (their
+// units loaded together, two batches ahead, so a short row is one round trip to memory) and mixes them
+// into u[t, d]; m never goes to memory and the mix needs no launch of its own (measured with Nsight Compute
+// on an H200 at T = 1: the up GEMV [10240, 320] took 8.5 µs and the mix 4.5 µs, 97 times a step). Each m is
+// summed as the split-K GEMV sums a row with one warp (unit partials, the unit's scale, lanes' sums by the
+// xor tree), and the mix rounds as hc_read_mix_k does.
+constexpr int kUpMixWarps = 8, kUpMixStreams = 4, kUpMixAhead = 2;
+
+template <Width W>
+__global__ void __launch_bounds__(kUpMixWarps * 32)
+    hc_up_mix_k(DeviceWeight w, const float* __restrict__ a, const float* __restrict__ xn,
+                float* __restrict__ u, int T, int n, int64_t D) {
+  constexpr int E = Unit<W>::kElems;
+  const int lane = threadIdx.x & 31;
+  const int64_t d = blockIdx.x * static_cast<int64_t>(kUpMixWarps) + (threadIdx.x >> 5);
+  const bool active = d < D;
+  const uint64_t K = w.cols, units = K / E;
+  const bool f16 = w.format == FormatId::F16;
+  RawUnit<W> raw[kUpMixAhead][kUpMixStreams];
+  const auto load_batch = [&](uint64_t u0) {
+#pragma unroll
+    for (int i = 0; i < kUpMixAhead; ++i)
+#pragma unroll
+      for (int s = 0; s < kUpMixStreams; ++s) {
+        const uint64_t un = u0 + 32 * i;
+        raw[i][s] = active && s < n && un < units ? load_unit<W>(w, s * D + d, un * E) : RawUnit<W>{};
+      }
+  };
+  load_batch(lane);  // weights need no wait (misc/pdl.cuh)
+  pdl_wait();
+  pdl_launch_dependents();
+  float acc[kUpMixStreams][kGemvMaxRows] = {};
+  for (uint64_t u0 = lane; u0 < units; u0 += 32 * kUpMixAhead) {
+    if (u0 != static_cast<uint64_t>(lane)) load_batch(u0);
+#pragma unroll
+    for (int i = 0; i < kUpMixAhead; ++i) {
+      const uint64_t un = u0 + 32 * i;
+      if (un >= units) break;
+#pragma unroll
+      for (int s = 0; s < kUpMixStreams; ++s) {
+        if (s >= n) break;
+        unit_dot_rows<W>(raw[i][s], f16, a, K, un * E, T, acc[s]);
+      }
+    }
+  }
+  const float post = row_post_scale<W>(w), nf = static_cast<float>(n);
+#pragma unroll
+  for (int t = 0; t < kGemvMaxRows; ++t) {
+    if (t >= T) break;
+    float mix = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kUpMixStreams; ++s) {
+      if (s >= n) break;
+      const float m = warp_reduce_sum(acc[s][t]) * post;
+      if (active) mix = __fadd_rn(mix, __fmul_rn(1.0f / (1.0f + expf(-m)), xn[(t * n + s) * D + d]));
+    }
+    if (lane == 0 && active) u[t * D + d] = mix / nf;
   }
 }
 
@@ -104,6 +166,28 @@ void hc_read_mix(float* u, const float* m, const float* xn, int64_t T, int n, in
                   static_cast<unsigned>((D + 255) / 256));
   pdl_launch(hc_read_mix_k, grid, 256, 0, s, u, m, xn, T, n, D);
   BLOOMERY_CUDA_CHECK_LAUNCH("hc_read_mix m " + shape(T, n, D));
+}
+
+// One row only: at four rows (C = 4 decode) the tensor-core GEMV (gemv_tc.cu) and the mix as two launches
+// were faster on the H200 (bench --ab block-ops, C = 4: 16.36 ms a step with the separate ops against 17.23
+// with this kernel at T = 4; at C = 1 7.95 against 8.26 in its favour).
+constexpr int64_t kUpMixMaxRows = 1;
+
+bool hc_up_mix_applies(const DeviceWeight& up, const float* a, int64_t T, int n) {
+  return T >= 1 && T <= kUpMixMaxRows && n >= 1 && n <= kUpMixStreams && unit_path(up) &&
+         reinterpret_cast<uintptr_t>(a) % 16 == 0;
+}
+
+void hc_up_mix(float* u, const float* a, const DeviceWeight& up, const float* xn, int64_t T, int n, int64_t D,
+               cudaStream_t s) {
+  if (T * D == 0) return;
+  const unsigned blocks = static_cast<unsigned>((D + kUpMixWarps - 1) / kUpMixWarps);
+  with_width(width_of(up.format), [&](auto Wc) {
+    pdl_launch(hc_up_mix_k<decltype(Wc)::value>, blocks, kUpMixWarps * 32, 0, s, up, a, xn, u,
+               static_cast<int>(T), n, D);
+  });
+  BLOOMERY_CUDA_CHECK_LAUNCH("hc_up_mix up [" + std::to_string(up.rows) + ", " + std::to_string(up.cols) +
+                             "] u " + shape(T, n, D));
 }
 
 void hc_inject(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D, cudaStream_t s) {

@@ -11,6 +11,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/qwen4_kernels.h"
+#include "backend/cuda/misc/mma.cuh"  // cp_async16
 #include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
@@ -117,6 +118,108 @@ __global__ void __launch_bounds__(kScoreThreads)
   for (int i = 0; i < 4; ++i) {
     const int64_t b = b_base + tb + 16 * i;
     if (b < nb) scores[t * ld + b] = __fmul_rn(total[i], inv);
+  }
+}
+
+// ---- block scores, few queries (decode, speculative verify) --------------------------------------------
+
+// At T ≤ kTQ the tiled kernel above runs one row of nb/kTB CTAs (16 at a depth of 4096), each doing the work
+// of kTQ queries whatever T is: 37 µs on an H200 at T = 1. Here a CTA scores one query (blockIdx.y) against
+// kSB consecutive blocks, whose rows are one contiguous run of `blocks`: it is copied coalesced into shared
+// memory once, with the query's Hi rows. Thread (hs, r) runs block r's dots for heads hs, hs + kSH, … — each
+// in index order j = 0 … d−1 — and thread (0, r) sums the heads in order h = 0 … Hi−1: the tiled kernel's and
+// the CPU's operations, in their order. Its cost grows with T (the keys are read once per query) while the
+// tiled kernel's does not up to kTQ, so it takes T ≤ kSmallT = kTQ: decode and speculative verify steps.
+constexpr int kSmallT = kTQ, kSB = 32, kSH = 4, kSmallThreads = kSB * kSH;
+
+// kVec (d % 4 == 0, 16-byte aligned rows): every copy is a cp.async of 16 bytes, all in flight at once, and
+// the dots read float4s; a key row stride ≡ 4 (mod 8) floats keeps each 8-lane phase of a float4 read on
+// distinct banks. Otherwise: plain copies and an odd stride (one column is conflict-free across the lanes).
+template <bool kVec>
+__host__ __device__ constexpr int small_ldk(int d) {
+  return kVec ? (d & ~7) + 4 : (d | 1);
+}
+
+template <bool kVec>
+size_t small_scores_smem(int Hi, int d) {
+  return (static_cast<size_t>(kSB) * small_ldk<kVec>(d) + static_cast<size_t>(Hi) * d +
+          static_cast<size_t>(Hi) * kSB) *
+         sizeof(float);
+}
+
+// nrows rows of `row` floats, contiguous at src, into dst rows of stride ldk; W floats a copy.
+template <bool kVec>
+__device__ __forceinline__ void stage_rows(float* dst, int ldk, const float* src, int nrows, int row) {
+  constexpr int W = kVec ? 4 : 1;
+  const int dw = row / W, n = nrows * dw, step_r = kSmallThreads / dw, step_j = kSmallThreads % dw;
+  int r = threadIdx.x / dw, j = threadIdx.x % dw;
+  for (int e = threadIdx.x; e < n; e += kSmallThreads) {
+    if constexpr (kVec) {
+      cp_async16(dst + r * ldk + j * W, src + static_cast<int64_t>(e) * W, true);
+    } else {
+      dst[r * ldk + j] = src[e];
+    }
+    r += step_r;
+    j += step_j;
+    if (j >= dw) {
+      j -= dw;
+      ++r;
+    }
+  }
+}
+
+// Shared: keys [kSB][ldk], query [Hi][d], relu(dot) [Hi][kSB].
+template <bool kVec>
+__global__ void __launch_bounds__(kSmallThreads)
+    qsa_scores_small_k(float* __restrict__ scores, int64_t ld, const float* __restrict__ qi,
+                       const float* __restrict__ blocks, int Hi, int d, int64_t q_first, int c, float inv) {
+  pdl_wait();
+  pdl_launch_dependents();
+  extern __shared__ __align__(16) float sh[];
+  const int ldk = small_ldk<kVec>(d);
+  float* Ks = sh;
+  float* Qs = Ks + kSB * ldk;
+  float* Ps = Qs + Hi * d;
+  const int64_t t = blockIdx.y;
+  const int64_t b_base = static_cast<int64_t>(blockIdx.x) * kSB;
+  const int64_t nb = (q_first + t + 1) / c;
+  if (b_base >= nb) return;  // causally empty (whole CTA, before any barrier)
+  const int rows = nb - b_base < kSB ? static_cast<int>(nb - b_base) : kSB;
+  stage_rows<kVec>(Ks, ldk, blocks + b_base * d, rows, d);
+  stage_rows<kVec>(Qs, d, qi + t * Hi * d, Hi, d);
+  if constexpr (kVec) {
+    cp_async_commit();
+    cp_async_wait<0>();
+  }
+  __syncthreads();
+  const int r = threadIdx.x % kSB, hs = threadIdx.x / kSB;
+  if (r < rows) {
+    const float* kr = Ks + r * ldk;
+    for (int h = hs; h < Hi; h += kSH) {
+      const float* qh = Qs + h * d;  // the same address in every lane: a broadcast
+      float acc = 0.0f;
+      if constexpr (kVec) {
+#pragma unroll 4
+        for (int j = 0; j < d; j += 4) {
+          const float4 q = *reinterpret_cast<const float4*>(qh + j);
+          const float4 k = *reinterpret_cast<const float4*>(kr + j);
+          acc = __fadd_rn(acc, __fmul_rn(q.x, k.x));
+          acc = __fadd_rn(acc, __fmul_rn(q.y, k.y));
+          acc = __fadd_rn(acc, __fmul_rn(q.z, k.z));
+          acc = __fadd_rn(acc, __fmul_rn(q.w, k.w));
+        }
+      } else {
+#pragma unroll 8
+        for (int j = 0; j < d; ++j) acc = __fadd_rn(acc, __fmul_rn(qh[j], kr[j]));
+      }
+      Ps[h * kSB + r] = acc < 0.0f ? 0.0f : acc;  // std::max
+    }
+  }
+  __syncthreads();
+  if (hs == 0 && r < rows) {
+    float total = 0.0f;
+    for (int h = 0; h < Hi; ++h) total = __fadd_rn(total, Ps[h * kSB + r]);
+    scores[t * ld + b_base + r] = __fmul_rn(total, inv);
   }
 }
 
@@ -245,6 +348,20 @@ void qsa_block_scores(float* scores, int64_t ld, const float* qi, const float* b
                       int d, int64_t q_first, int c, float inv, cudaStream_t s) {
   const int64_t nb_max = (q_first + T) / c;
   if (T <= 0 || nb_max <= 0) return;
+  if (T <= kSmallT && d > 0) {
+    const bool vec = d % 4 == 0 && reinterpret_cast<uintptr_t>(qi) % 16 == 0 &&
+                     reinterpret_cast<uintptr_t>(blocks) % 16 == 0;
+    const size_t smem = vec ? small_scores_smem<true>(Hi, d) : small_scores_smem<false>(Hi, d);
+    if (smem <= 48 * 1024) {  // the default dynamic shared memory; larger shapes take the tiled kernel
+      const dim3 grid(static_cast<unsigned>((nb_max + kSB - 1) / kSB), static_cast<unsigned>(T));
+      pdl_launch(vec ? qsa_scores_small_k<true> : qsa_scores_small_k<false>, grid, kSmallThreads, smem, s,
+                 scores, ld, qi, blocks, Hi, d, q_first, c, inv);
+      BLOOMERY_CUDA_CHECK_LAUNCH("qsa_block_scores (few queries) qi [" + std::to_string(T) + ", " +
+                                 std::to_string(Hi) + ", " + std::to_string(d) + "] blocks " +
+                                 std::to_string(nb_max) + (vec ? "" : " scalar"));
+      return;
+    }
+  }
   const dim3 grid(static_cast<unsigned>((nb_max + kTB - 1) / kTB),
                   static_cast<unsigned>((T + kTQ - 1) / kTQ));
   pdl_launch(qsa_scores_k, grid, kScoreThreads, 0, s, scores, ld, qi, blocks, T, Hi, d, q_first, c, inv);

@@ -7,10 +7,19 @@
 
 #include <cstdint>
 
+#include "backend/cuda/dequant.h"
+
 namespace bloomery::cuda {
 
 // u[t, d] = (Σ_s σ(m[t, s, d]) · xn[t, s, d]) / n;  m, xn [T, n·D].
 void hc_read_mix(float* u, const float* m, const float* xn, int64_t T, int n, int64_t D, cudaStream_t s);
+// The read's up product and mix in one pass for decode rows: u[t, d] = (Σ_s σ(m[t, s, d]) · xn[t, s, d]) / n
+// with m = a · upᵀ (up [n·D, K] stored, a [T, K]), each m summed as the split-K GEMV sums a row (gemv.cu).
+// The kernel takes up to kGemvMaxRows rows; it applies for T = 1 (where it was measured faster), n ≤ 4,
+// 16-byte units along K and a 16-byte aligned a.
+bool hc_up_mix_applies(const DeviceWeight& up, const float* a, int64_t T, int n);
+void hc_up_mix(float* u, const float* a, const DeviceWeight& up, const float* xn, int64_t T, int n, int64_t D,
+               cudaStream_t s);
 // X[t, s, d] += inj[t, s] · y[t, d];  X [T, n·D], inj [T, n], y [T, D]. Rounded as the CPU op (no FMA).
 void hc_inject(float* X, const float* y, const float* inj, int64_t T, int n, int64_t D, cudaStream_t s);
 // hc_inject, then xn = RMSNorm of each D-stream of X (w: D or n·D weights, `kind` as rms_norm's) in one

@@ -40,6 +40,21 @@ void CudaBackend::hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int 
   cuda::hc_read_mix(u.out_f32({&m, &xn}), m.f32(), xn.f32(), T, n, D, stream_);
 }
 
+// One pass for decode rows when the block ops are on (family/hc_ple.cu); prompts take the product's GEMM.
+void CudaBackend::hc_up_read_mix(Tensor& u, const Tensor& a, const Weight& up, const Tensor& xn, int n) {
+  const int64_t T = a.rows(), D = u.cols();
+  const DeviceWeight& dw = device_weight(up, "hc_up_read_mix");
+  if (!block_ops_ || static_cast<int64_t>(dw.rows) != up.rows() ||
+      static_cast<int64_t>(dw.cols) != up.cols() || !cuda::hc_up_mix_applies(dw, a.f32(), T, n))
+    return Backend::hc_up_read_mix(u, a, up, xn, n);
+  OpScope op_scope(op_times_, stream_, "hc up + read mix");
+  BLOOMERY_NEED(up.rows() == n * D && up.cols() == a.cols() && xn.numel() == T * n * D && u.rows() == T,
+                "hc_up_read_mix",
+                "up [n*D, K], a [T, K], xn [T, n*D] for u " + u.shape_str() + ", n " + std::to_string(n),
+                shape_string(up.shape()) + ", " + a.shape_str() + ", " + xn.shape_str());
+  cuda::hc_up_mix(u.out_f32({&a, &xn}), a.f32(), dw, xn.f32(), T, n, D, stream_);
+}
+
 void CudaBackend::hc_inject(Tensor& X, const Tensor& y, const Tensor& inj) {
   OpScope op_scope(op_times_, stream_, "hc inject");
   const int64_t T = y.rows(), D = y.cols(), n = inj.cols();

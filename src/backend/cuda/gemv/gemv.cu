@@ -12,6 +12,7 @@
 //     f32 arithmetic per element falls from three multiplies and an FMA to one FMA, which keeps FP4 rows
 //     memory-bound. The weights are the stored ones; only the summation order differs from variant 1.
 //     With R rows per warp (3-8 rows of x) each x float4 is loaded once for all R (gemv_x_once()).
+//     R and ks come from a heuristic, or for launch sweeps from set_gemv_launch_override (tests only).
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -23,6 +24,7 @@
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemv/gemv_store.cuh"
 #include "backend/cuda/gemv/gemv_tc.h"
+#include "backend/cuda/gemv/unit_dot.cuh"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
@@ -140,6 +142,8 @@ __device__ __forceinline__ void split_rows(const DeviceWeight& w, int64_t row0, 
                                            const Epilogue& e, int64_t block) {
   constexpr int E = Unit<W>::kElems, U = kLoadsAhead<W>;
   constexpr bool kScaled = W == Width::Fp8 || W == Width::Fp4;
+  // The final reduction gives each (weight row, x row) pair one lane.
+  static_assert(R * kGemvMaxRows <= 32, "R * T must fit in a warp");
   __shared__ float part[kSplitWarps][R][kGemvMaxRows];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / ks, wk = warp % ks, groups = kSplitWarps / ks;
@@ -203,25 +207,7 @@ __device__ __forceinline__ void split_rows(const DeviceWeight& w, int64_t row0, 
         continue;
       }
 #pragma unroll
-      for (int j = 0; j < R; ++j) {
-        float v[E];
-        unscaled_unit<W>(raw[i][j], f16, v);
-#pragma unroll
-        for (int t = 0; t < kGemvMaxRows; ++t) {
-          if (t >= T) break;
-          const float4* xr = reinterpret_cast<const float4*>(x + t * K + u * E);
-          float p = 0.0f;
-#pragma unroll
-          for (int e = 0; e < E / 4; ++e) {
-            const float4 q = __ldg(xr + e);
-            p = fmaf(v[4 * e], q.x, p);
-            p = fmaf(v[4 * e + 1], q.y, p);
-            p = fmaf(v[4 * e + 2], q.z, p);
-            p = fmaf(v[4 * e + 3], q.w, p);
-          }
-          acc[j][t] = kScaled ? fmaf(raw[i][j].s, p, acc[j][t]) : acc[j][t] + p;
-        }
-      }
+      for (int j = 0; j < R; ++j) unit_dot_rows<W>(raw[i][j], f16, x, K, u * E, T, acc[j]);
     }
   }
   const float post = row_post_scale<W>(w);
@@ -283,14 +269,15 @@ int split_ways(int64_t row_groups, uint64_t units, int U) {
   return ks;
 }
 
+// ks_fixed: the split-K ways set by set_gemv_launch_override, 0 for split_ways' choice.
 template <Width W, int R>
 void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
-                  cudaStream_t s, const Epilogue& e) {
+                  cudaStream_t s, const Epilogue& e, int ks_fixed) {
   auto* kernel = gemv_split<W, R, false>;
   if constexpr (R > 1)  // one row per warp has nothing to share
     if (gemv_x_once()) kernel = gemv_split<W, R, true>;
   const int64_t row_groups = (n + R - 1) / R;
-  const int ks = split_ways(row_groups, w.cols / Unit<W>::kElems, kLoadsAhead<W>);
+  const int ks = ks_fixed ? ks_fixed : split_ways(row_groups, w.cols / Unit<W>::kElems, kLoadsAhead<W>);
   const int64_t groups_per_block = kSplitWarps / ks;
   const unsigned blocks = static_cast<unsigned>((row_groups + groups_per_block - 1) / groups_per_block);
   pdl_launch(kernel, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
@@ -298,9 +285,9 @@ void launch_split(const DeviceWeight& w, int64_t row0, int64_t n, const float* x
 
 template <int R>
 void launch_split_width(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
-                        cudaStream_t s, const Epilogue& e) {
+                        cudaStream_t s, const Epilogue& e, int ks_fixed) {
   with_width(width_of(w.format),
-             [&](auto Wc) { launch_split<decltype(Wc)::value, R>(w, row0, n, x, T, y, s, e); });
+             [&](auto Wc) { launch_split<decltype(Wc)::value, R>(w, row0, n, x, T, y, s, e, ks_fixed); });
 }
 
 std::atomic<bool>& x_once_slot() {
@@ -308,9 +295,9 @@ std::atomic<bool>& x_once_slot() {
   return on;
 }
 
-// The products of one width, in launches of up to kGroupMax.
+// The products of one width, in launches of up to kGroupMax (ks_fixed as in launch_split).
 template <Width W, int R>
-void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
+void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s, int ks_fixed) {
   for (size_t at = 0; at < ps.size(); at += kGroupMax) {
     GroupArgs g{};
     g.count = static_cast<int>(std::min<size_t>(kGroupMax, ps.size() - at));
@@ -318,7 +305,7 @@ void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaSt
     for (int i = 0; i < g.count; ++i) {
       const GemvProduct& p = ps[at + i];
       const int64_t n = static_cast<int64_t>(p.w.rows), row_groups = (n + R - 1) / R;
-      const int ks = split_ways(row_groups, p.w.cols / Unit<W>::kElems, kLoadsAhead<W>);
+      const int ks = ks_fixed ? ks_fixed : split_ways(row_groups, p.w.cols / Unit<W>::kElems, kLoadsAhead<W>);
       const int64_t per_block = kSplitWarps / ks;
       g.w[i] = p.w, g.y[i] = p.y, g.e[i] = p.e, g.n[i] = n, g.ks[i] = ks, g.first[i] = blocks;
       blocks += static_cast<unsigned>((row_groups + per_block - 1) / per_block);
@@ -344,6 +331,25 @@ std::atomic<int>& variant_slot() {
   return v;
 }
 
+// set_gemv_launch_override's rows per warp (low byte) and split-K ways (above), 0 = the heuristic's: one
+// atomic, so a launch never sees half of a change.
+std::atomic<int>& launch_override_slot() {
+  static std::atomic<int> v{0};
+  return v;
+}
+
+struct SplitShape {
+  int rows_per_warp, ks;  // ks 0: split_ways picks per product
+};
+
+// The split-K kernel's launch shape for T rows of x: one weight row per warp for one or two rows of x (more
+// warps in flight), four beyond (x traffic dominates), unless a test fixed them.
+SplitShape split_shape(int T) {
+  const int v = launch_override_slot().load(std::memory_order_relaxed);
+  const int rows = v & 0xFF;
+  return {rows ? rows : (T <= 2 ? 1 : 4), v >> 8};
+}
+
 }  // namespace
 
 int gemv_variant() {
@@ -360,6 +366,20 @@ bool gemv_x_once() {
 
 void set_gemv_x_once(bool on) {
   x_once_slot().store(on, std::memory_order_relaxed);
+}
+
+void set_gemv_launch_override(int rows_per_warp, int split_k) {
+  // Only the two instantiated row counts; ks must divide the block's warps.
+  const bool rows_ok = rows_per_warp == 0 || rows_per_warp == 1 || rows_per_warp == 4;
+  const bool ks_ok = split_k == 0 || (split_k > 0 && split_k <= kSplitWarps && kSplitWarps % split_k == 0);
+  if (!rows_ok || !ks_ok) {
+    const std::string what =
+        "set_gemv_launch_override(" + std::to_string(rows_per_warp) + ", " + std::to_string(split_k) + ")";
+    BLOOMERY_CUDA_CHECK(
+        cudaErrorInvalidValue,
+        what + ": needs rows per warp 0, 1 or 4 and split-K 0, 1, 2, 4 or 8 (0: the heuristic's)");
+  }
+  launch_override_slot().store(rows_per_warp | split_k << 8, std::memory_order_relaxed);
 }
 
 // True when rows can be read in 16-byte units: K a multiple of the unit (row starts stay aligned) and, for
@@ -389,16 +409,17 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
       if (gemv_tc_fits(p.w, x, T)) tc.push_back(p);
   if (!tc.empty()) gemv_tc_group(tc, x, T, s);
   // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
+  const SplitShape shape = split_shape(T);
   for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
     std::vector<GemvProduct> same;
     for (const GemvProduct& p : ps)
       if (width_of(p.w.format) == W && !(tc_on && gemv_tc_fits(p.w, x, T))) same.push_back(p);
     if (same.empty()) continue;
     with_width(W, [&](auto Wc) {
-      if (T <= 2)
-        launch_group<decltype(Wc)::value, 1>(same, x, T, s);
+      if (shape.rows_per_warp == 1)
+        launch_group<decltype(Wc)::value, 1>(same, x, T, s, shape.ks);
       else
-        launch_group<decltype(Wc)::value, 4>(same, x, T, s);
+        launch_group<decltype(Wc)::value, 4>(same, x, T, s, shape.ks);
     });
   }
 }
@@ -415,10 +436,11 @@ void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
     const unsigned blocks = static_cast<unsigned>((n + kWarps - 1) / kWarps);
     pdl_launch(gemv_elements, blocks, kWarps * 32, 0, s, w, row0, n, x, T, y);
   } else if (split) {
-    if (T <= 2)
-      launch_split_width<1>(w, row0, n, x, T, y, s, e);
+    const SplitShape shape = split_shape(T);
+    if (shape.rows_per_warp == 1)
+      launch_split_width<1>(w, row0, n, x, T, y, s, e, shape.ks);
     else
-      launch_split_width<4>(w, row0, n, x, T, y, s, e);
+      launch_split_width<4>(w, row0, n, x, T, y, s, e, shape.ks);
   } else {
     if (T <= 2)
       launch_units<1>(w, row0, n, x, T, y, s);
