@@ -45,7 +45,8 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   // engine's memory (the card's free memory, or the host's for the CPU engine): nothing is allocated yet.
   Backend::MemoryInfo mem;
   if (pick.name == "cuda") {
-    h->backend_ = make_backend("cuda", 0);
+    // This process's GPU: a --nodes rank r (one process per GPU, --tp-launch processes) plans against GPU r.
+    h->backend_ = make_backend("cuda", 0, h->layout_.nodes.empty() ? 0 : h->layout_.rank);
     mem = h->backend_->memory_info();
   } else {
     mem = cpu::CpuBackend(1).memory_info();
@@ -152,6 +153,10 @@ void EngineHost::load(const SchedulerConfig& config, int threads,
   }
   step_ = std::move(step);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);
+}
+
+void EngineHost::use_nodes(const std::string& nodes, int rank) {
+  layout_ = resolve_tp(TpFlags{layout_.size, nodes, rank, static_cast<int>(layout_.timeout.count())});
 }
 
 // --tp/--nodes: every rank loads its slices (the checked, prepared model stays for info and the start

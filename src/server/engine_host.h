@@ -74,6 +74,9 @@ class EngineHost {
   // --nodes rank > 0: no HTTP; follow() runs rank 0's plans until it stops or fails), and the group's
   // failure ("" while every rank is healthy, or without TP): /health and new requests answer 503 with it.
   int tp_size() const { return layout_.size; }
+  // Makes this process rank `rank` of --nodes `nodes` (--tp-launch processes: rank 0 after starting the
+  // others), before load. Throws E_TP_NODES as resolve_tp does.
+  void use_nodes(const std::string& nodes, int rank);
   bool follower() const { return group_ && group_->follower(); }
   void follow() { group_->follow(true); }  // rank 0's heartbeats: a stalled rank 0 is named here too
   std::string failure() const { return tp_step_ ? tp_step_->failure() : std::string(); }

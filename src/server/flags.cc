@@ -949,8 +949,8 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "N",
        "1",
-       "bloomery: tensor-parallel ranks (threads of this process: CPU ranks, or with -dev cuda0 one GPU each "
-       "or all on one GPU; with --nodes, the number of nodes)",
+       "bloomery: tensor-parallel ranks (CUDA ranks one GPU each, or all on one GPU; CPU ranks as threads; "
+       "--tp-launch says whether they are threads or processes; with --nodes, the number of nodes)",
        [](O& o, auto& f, auto& v) { o.tp = static_cast<int>(to_int(f, v, 1, 64)); }},
       {{"--nodes"},
        {},
@@ -971,6 +971,20 @@ const std::vector<Flag>& flag_table() {
        "0",
        "bloomery: this process's rank in --nodes; rank 0 serves HTTP, the others follow it",
        [](O& o, auto& f, auto& v) { o.node_rank = static_cast<int>(to_int(f, v, 0, 63)); }},
+      {{"--tp-launch"},
+       {},
+       "",
+       Kind::Value,
+       "auto|threads|processes",
+       "auto",
+       "bloomery: how --tp N ranks run on one host (without --nodes): processes starts one bloomery-serve "
+       "per "
+       "rank on 127.0.0.1 (rank r on GPU r); auto takes processes for CUDA ranks with a GPU each, threads "
+       "otherwise",
+       [](O& o, auto& f, auto& v) {
+         if (v != "auto" && v != "threads" && v != "processes") bad_value(f, "auto, threads or processes", v);
+         o.tp_launch = v;
+       }},
       {{"--collective-timeout-ms"},
        {},
        "",
@@ -1273,6 +1287,9 @@ ServerOptions parse_flags(const std::vector<std::string>& args, const EnvLookup&
           "'none'", "drop -sm none or --tp");
   if (o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty())
     o.warnings.push_back(o.split_mode_flag + " tensor with one rank runs as none: give --tp N or --nodes");
+  if (o.user_set("tp-launch") && o.tp_launch != "auto" && !o.nodes.empty())
+    o.warnings.push_back("--tp-launch " + o.tp_launch +
+                         " has no effect with --nodes (each node is a process)");
   if (o.node_rank > 0 && o.nodes.empty())
     raise("E_FLAG_VALUE", Where{"", "", "--node-rank"}, "0 without --nodes", std::to_string(o.node_rank),
           "give every rank's address with --nodes host:port,...");

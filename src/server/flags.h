@@ -61,6 +61,9 @@ struct ServerOptions {
   std::string split_mode_flag;      // -sm as it was spelled, for the start-screen note
   std::string nodes;
   int node_rank = 0;
+  // --tp-launch: how --tp N ranks run on this host without --nodes: "auto" (one process per GPU for CUDA
+  // ranks on as many GPUs, threads of this process otherwise), "threads" or "processes".
+  std::string tp_launch = "auto";
   int collective_timeout_ms = 10000;
   int load_delay_ms = 0;  // --load-delay-ms: a pause before the weights load (tests of the loading state)
   bool help = false;

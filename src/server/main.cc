@@ -11,10 +11,12 @@
 
 #include <fmt/format.h>
 
+#include "backend/select/backend_choice.h"
 #include "core/error.h"
 #include "server/engine_host.h"
 #include "server/flags.h"
 #include "server/http_server.h"
+#include "server/rank_launch.h"
 #include "server/start_screen.h"
 
 extern char** environ;
@@ -97,6 +99,7 @@ int main(int argc, char** argv) {
   std::unique_ptr<EngineHost> host;
   ServePlan plan;
   MemoryPlan memory;
+  bool rank_processes = false;  // --tp-launch: ranks 1 … N−1 start as processes once the checks pass
   try {
     host = EngineHost::prepare(opts);
     plan = plan_serving(opts, host->summary(), static_cast<int>(std::thread::hardware_concurrency()));
@@ -111,6 +114,13 @@ int main(int argc, char** argv) {
     // The memory plan for the slots chosen, refused (E_MEMORY_PLAN) before anything is allocated.
     memory = host->memory_plan(plan.n_ctx_slot, plan.n_slots, opts.ubatch_size, opts.spec_type == "draft-mtp",
                                opts.cache_prompt);
+    rank_processes =
+        tp_processes(opts, host->backend_name(), host->backend_name() == "cuda" ? cuda_device_count() : 0);
+    if (rank_processes) {  // this process becomes rank 0 of --nodes on 127.0.0.1
+      opts.nodes = local_node_list(opts.tp);
+      opts.node_rank = 0;
+      host->use_nodes(opts.nodes, 0);
+    }
     fmt::print("{}", start_screen(opts, *host, plan, memory));
     std::fflush(stdout);
     check_memory_plan(memory, opts.model);
@@ -122,6 +132,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (host->tp_size() > 1 && opts.node_rank > 0) return follow_rank0(opts, *host, plan);
+  std::vector<pid_t> ranks;  // --tp-launch processes: ranks 1 … N−1, ended with this one
+  if (rank_processes) {
+    try {
+      ranks = start_local_ranks(args, opts.nodes, opts.tp);
+    } catch (const Error& e) {
+      fmt::print(stderr, "bloomery-serve: error: {}\n", e.what());
+      return 1;
+    }
+    fmt::print("parallel    ranks 1-{} started as processes (--tp-launch {})\n", opts.tp - 1, opts.tp_launch);
+    std::fflush(stdout);
+  }
+  // The rank processes end when this one's group does; any still running after a grace period are killed.
+  const auto stop_ranks = [&ranks] {
+    if (!ranks.empty() && reap_local_ranks(ranks, std::chrono::seconds(10)) > 0)
+      fmt::print(stderr, "bloomery-serve: rank processes still running after 10 s were killed\n");
+  };
   HttpServer http(opts, plan.n_slots, plan.n_ctx_slot);
   try {
     http.start();
@@ -148,6 +174,8 @@ int main(int argc, char** argv) {
     http.set_failed(e.what());
     fmt::print(stderr, "\nbloomery-serve: error: loading failed: {}\n", e.what());
     http.stop();
+    host.reset();  // a group torn down by the failure tells the rank processes why
+    stop_ranks();
     return 1;
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -189,5 +217,8 @@ int main(int argc, char** argv) {
   fmt::print("bloomery-serve: stopped\n");
   std::fflush(stdout);
   http.stop();
-  return host->failure().empty() ? 0 : 1;
+  const int status = host->failure().empty() ? 0 : 1;
+  host.reset();  // the group's end stops the rank processes
+  stop_ranks();
+  return status;
 }

@@ -6,6 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import path from 'node:path';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { SERVE, MODEL, FIXTURES, freePort, startServer, getJson, postJson, waitFor } from './harness.mjs';
 
 const PROMPT = { prompt: 'The quick brown fox', n_predict: 24, temperature: 0, ignore_eos: true };
@@ -98,6 +99,63 @@ test('--nodes over 127.0.0.1: two processes give one process greedy text; the fo
   assert.equal(server.exited().code, 0, server.output());
   assert.equal(follower.exited().code, 0, follower.output());
   assert.match(follower.output(), /rank 1 stopped/);
+});
+
+// The bloomery-serve processes whose parent is `pid` (the ranks --tp-launch processes started).
+function childRanks(pid) {
+  const kids = [];
+  for (const d of readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]);
+      if (ppid === pid) kids.push(Number(d));
+    } catch { /* gone meanwhile */ }
+  }
+  return kids;
+}
+const alive = (pid) => existsSync(`/proc/${pid}`) && !readFileSync(`/proc/${pid}/stat`, 'utf8').includes(') Z ');
+
+test('--tp 2 --tp-launch processes: rank 1 is a child process, greedy text equals --tp 1, it ends with rank 0', async () => {
+  const expected = await greedyAlone();
+  const s = await startServer({ args: ['--tp', '2', '--tp-launch', 'processes'] });
+  let kids = [];
+  try {
+    assert.match(s.output(), /rank 0 of 2 over --nodes 127\.0\.0\.1:\d+,127\.0\.0\.1:\d+ \(serves HTTP\)/);
+    assert.match(s.output(), /ranks 1-1 started as processes \(--tp-launch processes\)/);
+    kids = childRanks(s.proc.pid);
+    assert.equal(kids.length, 1, `rank processes: ${kids}`);
+    assert.equal(await greedy(s), expected);
+    const both = await Promise.all([greedy(s), greedy(s)]);
+    assert.deepEqual(both, [expected, expected]);
+  } finally {
+    await s.stop();
+  }
+  assert.equal(s.exited().code, 0, s.output());
+  assert.match(s.output(), /rank 1 stopped \(rank 0 is done\)/);
+  for (const k of kids) assert.ok(!alive(k), `rank process ${k} outlived rank 0`);
+});
+
+test('--tp-launch processes: a killed rank process is named, /health 503; a killed rank 0 takes its ranks along', async () => {
+  const timeout = 1000;
+  let s = await startServer({ args: ['--tp', '2', '--tp-launch', 'processes', '--collective-timeout-ms', String(timeout)] });
+  try {
+    await greedy(s);
+    const [kid] = childRanks(s.proc.pid);
+    process.kill(kid, 'SIGKILL');
+    await waitFor(async () => (await fetch(`${s.url}/health`)).status === 503, 30000, '/health 503');
+    const h = await getJson(`${s.url}/health`);
+    assert.match(h.body.error.message, /Engine failed: .*rank 1/);
+  } finally {
+    await s.stop();
+  }
+  assert.equal(s.exited().code, 1, s.output());
+  // Rank 0 killed outright: its rank processes get SIGTERM from the kernel (PR_SET_PDEATHSIG) and end.
+  s = await startServer({ args: ['--tp', '2', '--tp-launch', 'processes'] });
+  const kids = childRanks(s.proc.pid);
+  assert.equal(kids.length, 1);
+  s.proc.kill('SIGKILL');
+  await waitFor(() => kids.every((k) => !alive(k)), 10000, 'the rank process to end with rank 0');
 });
 
 test('a killed rank mid-stream: the stream gets an error event, /health 503 names it, SIGTERM exits 1', async () => {
@@ -195,6 +253,9 @@ test('TP flag errors name the flag: -sm none with --tp 2, --node-rank, CUDA rank
   r = await run(['--node-rank', '1']);
   assert.equal(r.code, 2, r.out);
   assert.match(r.out, /--node-rank/);
+  r = await run(['--tp', '2', '--tp-launch', 'fork']);
+  assert.equal(r.code, 2, r.out);
+  assert.match(r.out, /--tp-launch.*expected auto, threads or processes.*found 'fork'/);
   for (const [args, want] of [
     [['--tp', '2', '--spec-type', 'draft-mtp'], /E_FLAG_REFUSED: field '--spec-type': expected none with --tp/],
     [['--tp', '3', '--nodes', '127.0.0.1:1,127.0.0.1:2'], /E_TP_NODES: field '--tp': expected --tp equal to the 2 --nodes, found 3/],
