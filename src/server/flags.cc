@@ -180,7 +180,7 @@ void set_cache_type(std::string& dst, const std::string& flag, const std::string
   static const std::vector<std::string> known = {"f32",    "q8_0", "q4_0", "q4_1",
                                                  "iq4_nl", "q5_0", "q5_1", "fp8"};
   if (std::find(known.begin(), known.end(), v) != known.end())
-    raise("E_FLAG_REFUSED", Where{"", "", flag}, "f16 or bf16 (the BF16 KV cache)", "'" + v + "'",
+    raise("E_FLAG_REFUSED", Where{"", "", flag}, "f16 or bf16", "'" + v + "'",
           "quantized KV caches are not implemented yet");
   bad_value(flag, "f16 or bf16", v);
 }
@@ -906,7 +906,8 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "TYPE",
        "f16",
-       "KV cache type for K (f16/bf16; quantized types are refused until they land)",
+       "KV cache type for K (f16/bf16 accepted, kept in f32 until the BF16 cache lands; quantized types are "
+       "refused until they land)",
        [](O& o, auto& f, auto& v) { set_cache_type(o.cache_type_k, f, v); }},
       {{"-ctv", "--cache-type-v"},
        {},
@@ -914,7 +915,8 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "TYPE",
        "f16",
-       "KV cache type for V (f16/bf16; quantized types are refused until they land)",
+       "KV cache type for V (f16/bf16 accepted, kept in f32 until the BF16 cache lands; quantized types are "
+       "refused until they land)",
        [](O& o, auto& f, auto& v) { set_cache_type(o.cache_type_v, f, v); }},
       {{"-fa", "--flash-attn"},
        {},
@@ -1287,6 +1289,14 @@ ServerOptions parse_flags(const std::vector<std::string>& args, const EnvLookup&
           "'none'", "drop -sm none or --tp");
   if (o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty())
     o.warnings.push_back(o.split_mode_flag + " tensor with one rank runs as none: give --tp N or --nodes");
+  // The spec maps f16/bf16 to a BF16 KV cache; both engines still keep K and V in f32, so a user's choice
+  // is told rather than silently dropped.
+  if (o.user_set("cache-type-k"))
+    o.warnings.push_back("-ctk/--cache-type-k " + o.cache_type_k +
+                         ": the KV cache is kept in f32 by both engines until the BF16 cache lands");
+  if (o.user_set("cache-type-v"))
+    o.warnings.push_back("-ctv/--cache-type-v " + o.cache_type_v +
+                         ": the KV cache is kept in f32 by both engines until the BF16 cache lands");
   if (o.user_set("tp-launch") && o.tp_launch != "auto" && !o.nodes.empty())
     o.warnings.push_back("--tp-launch " + o.tp_launch +
                          " has no effect with --nodes (each node is a process)");
