@@ -1,8 +1,10 @@
 #include "server/start_screen.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
-#include <fmt/format.h>
+#include "backend/select/backend_choice.h"
 
 namespace bloomery::server {
 
@@ -70,7 +72,10 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   out += fmt::format("model       {} ({}, {} tensors, {} parameters)\n", o.model, s.family, s.n_tensors,
                      s.n_params);
   out += fmt::format("folder      {}\n", s.folder_kind);
-  out += fmt::format("engine      {} ({})\n", host.backend_name() == "cuda" ? "CUDA, device 0" : "CPU",
+  // A --nodes rank r runs on GPU r (mod the GPUs it sees, as make_backend picks it).
+  const int device = o.nodes.empty() ? 0 : o.node_rank % std::max(1, cuda_device_count());
+  out += fmt::format("engine      {} ({})\n",
+                     host.backend_name() == "cuda" ? fmt::format("CUDA, device {}", device) : "CPU",
                      host.backend_why());
   if (const std::string d = host.decode_steps(); !d.empty()) out += "decode      " + d + "\n";
   if (host.tp_size() > 1)
