@@ -257,16 +257,28 @@ test('past --http-max-connections a new connection gets 503 at once', async () =
   const server = await startServer({ args: ['--http-max-connections', '20'] });
   const socks = [];
   try {
-    for (let i = 0; i < 20; i++) {
-      await new Promise((resolve, reject) => {
-        const s = net.connect(server.port, '127.0.0.1', resolve);
-        s.on('error', reject);
-        s.on('data', () => {});
-        s.on('close', () => { s.closedAt = Date.now(); });
-        socks.push(s);
+    // The harness's own /health polls left a keep-alive connection open, which counts against the cap until
+    // the server closes it (keep-alive 5 s).
+    await sleep(5500);
+    // Each held connection first gets one full answer, which proves the server has accepted it (a probe sent
+    // while some were still in the accept backlog would take a slot and push a held one past the cap), then
+    // sends half of a second request, so it stays open under the header deadline (10 s) instead of the
+    // keep-alive time.
+    await Promise.all(Array.from({ length: 20 }, () => new Promise((resolve, reject) => {
+      const s = net.connect(server.port, '127.0.0.1', () => s.write('GET /health HTTP/1.1\r\nHost: x\r\n\r\n'));
+      let got = '';
+      s.on('error', reject);
+      s.on('data', (d) => {
+        got += d;
+        if (!s.held && /\r\n\r\n[\s\S]*"status"/.test(got)) {
+          s.held = true;
+          s.write('GET /health HTTP/1.1\r\n');
+          resolve();
+        }
       });
-    }
-    // Once the server has accepted all 20 (a loaded machine may take a moment), the next one is refused.
+      s.on('close', () => { s.closedAt = Date.now(); reject(new Error(`a held connection closed before its answer: ${got}`)); });
+      socks.push(s);
+    })));
     let got = '', took = 0;
     const end = Date.now() + 5000;
     while (Date.now() < end) {
