@@ -230,14 +230,18 @@ class Glm5Next final : public BatchedModel {
       }
       declare_block(d, p, c_.is_dsa[l], !c_.shared_index[l], c_.is_sparse[l], false);
     }
-    // NextN layer at index L (optional; transformers' own exports drop it). Not sharded yet: none under TP.
-    if (tp_.on()) return d;
+    // NextN layer at index L (optional; transformers' own exports drop it), cut like the main layers under
+    // TP; its own head (when shipped) by vocabulary like lm_head.
     const std::string x = P + "layers." + std::to_string(c_.L) + ".";
     d.push_back({x + "enorm.weight", {c_.D}, true});
     d.push_back({x + "hnorm.weight", {c_.D}, true});
     d.push_back({x + "eh_proj.weight", {c_.D, 2 * c_.D}, true});
     d.push_back({x + "shared_head.norm.weight", {c_.D}, true});
-    d.push_back({x + "shared_head.head.weight", {c_.V, c_.D}, true});
+    d.push_back({x + "shared_head.head.weight",
+                 {split_head() ? vocab_local() : c_.V, c_.D},
+                 true,
+                 false,
+                 split_head() ? tp_.rows(vocab_local()) : TensorCut{}});
     declare_block(d, x, true, true, true, true);
     return d;
   }
@@ -332,9 +336,9 @@ class Glm5Next final : public BatchedModel {
     int64_t elems = 0;
     for (int64_t l = 0; l < c_.L; ++l)
       elems += c_.is_dsa[l] ? dsa_cache_elems(capacity) : 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
-    // Before bind the NextN layer counts as present (it is declared, except under TP; the checkpoint may not
-    // ship it).
-    if (nextn_.present || (!bound_ && !tp_.on())) elems += dsa_cache_elems(capacity + 1);
+    // Before bind the NextN layer counts as present (it is declared; the checkpoint may not ship it, or its
+    // cuts may not fit the stored formats under TP).
+    if (nextn_.present || !bound_) elems += dsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -444,18 +448,20 @@ class Glm5Next final : public BatchedModel {
     Tensor none;
     const DsaSlot ds{&st.draft, p0, 0, T, &none, &st.index_ties};
     Tensor y = dsa(be, L.att, h, std::span(&ds, 1));
+    tp_.all_reduce(be, y, "draft mixer all-reduce");  // cut like the main layers (models.md §4.12)
     be.add(x, x, y);
     be.rms_norm(h, x, L.post_norm, c_.eps, NormKind::Plain);
     const MlpSlot ms{0, T, &st.router_ties};
     y = mlp(be, L.mlp, h, std::span(&ms, 1));
+    tp_.all_reduce(be, y, "draft MLP all-reduce");
     be.add(x, x, y);
     be.rms_norm(x, x, nextn_.head_norm, c_.eps, NormKind::Plain);
     st.draft_pos += T;
     report_ties(st, ties_before);
     ForwardResult r;
     r.hidden = x;
-    r.logits = be.alloc({T, c_.V});
-    be.matmul(r.logits, x, *nextn_.head);
+    // Its own head is cut like lm_head, so either is this rank's vocabulary share when lm_head is.
+    r.logits = tp_.head_logits(be, x, *nextn_.head, split_head(), "draft vocabulary all-gather");
     return r;
   }
 
@@ -765,7 +771,8 @@ class Glm5Next final : public BatchedModel {
     c_.Id = tp_.split(c_.Id, "MLP intermediate channels");
     if (!c_.tie) tp_.split(c_.V, "vocabulary rows");
   }
-  int64_t vocab_local() const { return tp_.on() && !c_.tie ? c_.V / tp_.size : c_.V; }
+  bool split_head() const { return tp_.on() && !c_.tie; }  // lm_head (and the NextN head) cut by vocabulary
+  int64_t vocab_local() const { return split_head() ? c_.V / tp_.size : c_.V; }
 
   ModelConfig mc_;
   GlmConfig c_;

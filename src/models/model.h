@@ -44,9 +44,10 @@ struct ModelConfig {
 struct TensorDecl {
   std::string name;            // full checkpoint name, prefix included ("model.layers.0.linear_attn.A_log")
   std::vector<int64_t> shape;  // expected shape; empty = take the stored one
-  bool optional = false;       // absent is fine (e.g. a draft layer the checkpoint does not ship)
-  bool streamed = false;       // rows are read on demand (PLE n-gram table), never decoded whole
-  TensorCut cut = {};          // a tensor-parallel rank's part of the stored tensor (`shape` is the part's)
+  bool optional = false;  // absent is fine: only the draft layer's tensors, which the checkpoint may not ship
+                          // (and which are dropped together under TP when one cannot be cut)
+  bool streamed = false;  // rows are read on demand (PLE n-gram table), never decoded whole
+  TensorCut cut = {};     // a tensor-parallel rank's part of the stored tensor (`shape` is the part's)
 };
 
 // The weights the loader created, by full checkpoint name. Outlives the Model that binds to it.

@@ -13,12 +13,31 @@
 
 namespace bloomery {
 
+namespace {
+
+// A TP rank's part: the cut fits the stored tensor (the format's cut units) and the declared shape.
+void check_declared_cut(const TensorDecl& d, const WeightRecord& r) {
+  check_cut(r, d.cut);
+  int64_t want = 1;
+  for (int64_t x : d.shape) want *= x;
+  const bool rows = d.cut.axis == TensorCut::Axis::Rows;
+  const uint64_t have = rows ? d.cut.count() * r.cols() : r.rows() * d.cut.count();
+  if (d.shape.empty() || uint64_t(want) != have)
+    raise("E_DENSE_SHAPE", Where{"", d.name, "shape"}, shape_string(d.shape),
+          fmt::format("{} elements in the rank's {} of {}", have, rows ? "rows" : "columns",
+                      shape_string(std::vector<int64_t>(r.shape.begin(), r.shape.end()))));
+}
+
+}  // namespace
+
 std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl>& decls,
-                                                    const std::vector<WeightRecord>& records) {
+                                                    const std::vector<WeightRecord>& records,
+                                                    std::string* optional_dropped) {
   std::map<std::string_view, const WeightRecord*> by_name;
   for (const WeightRecord& r : records) by_name[r.name] = &r;
   std::vector<const WeightRecord*> out;
   out.reserve(decls.size());
+  std::string dropped;
   for (const TensorDecl& d : decls) {
     auto it = by_name.find(d.name);
     if (it == by_name.end()) {
@@ -29,16 +48,15 @@ std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl
       continue;
     }
     const WeightRecord& r = *it->second;
-    if (!d.cut.whole()) {  // a TP rank's part: the cut fits the stored tensor and the declared shape
-      check_cut(r, d.cut);
-      int64_t want = 1;
-      for (int64_t x : d.shape) want *= x;
-      const bool rows = d.cut.axis == TensorCut::Axis::Rows;
-      const uint64_t have = rows ? d.cut.count() * r.cols() : r.rows() * d.cut.count();
-      if (d.shape.empty() || uint64_t(want) != have)
-        raise("E_DENSE_SHAPE", Where{"", d.name, "shape"}, shape_string(d.shape),
-              fmt::format("{} elements in the rank's {} of {}", have, rows ? "rows" : "columns",
-                          shape_string(std::vector<int64_t>(r.shape.begin(), r.shape.end()))));
+    if (!d.cut.whole()) {
+      try {
+        check_declared_cut(d, r);
+      } catch (const Error& e) {
+        // The optional tensors are the draft layer (TensorDecl::optional): one that cannot be cut drops the
+        // whole layer below, the model itself still loads.
+        if (!d.optional || !optional_dropped) throw;
+        if (dropped.empty()) dropped = e.what();
+      }
     } else if (!d.shape.empty()) {
       std::vector<int64_t> stored(r.shape.begin(), r.shape.end());
       int64_t want = 1, have = 1;
@@ -50,6 +68,11 @@ std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl
         raise("E_DENSE_SHAPE", Where{"", d.name, "shape"}, shape_string(d.shape), shape_string(stored));
     }
     out.push_back(&r);
+  }
+  if (!dropped.empty()) {
+    for (size_t i = 0; i < decls.size(); ++i)
+      if (decls[i].optional) out[i] = nullptr;
+    *optional_dropped = dropped;
   }
   return out;
 }
@@ -94,7 +117,31 @@ std::unique_ptr<LoadedModel> prepare_model(const std::filesystem::path& folder, 
   lm->model = create_model(lm->config);
   lm->checkpoint = resolve_checkpoint(*lm->source, lm->warnings);
   const std::vector<TensorDecl> decls = lm->model->declare();
-  const std::vector<const WeightRecord*> recs = match_declarations(decls, lm->checkpoint.weights);
+  const std::vector<const WeightRecord*> recs =
+      match_declarations(decls, lm->checkpoint.weights, &lm->draft_dropped);
+  if (options.require_draft) {
+    // Shipped: any of its tensors found (some are optional within the layer, e.g. GLM's own NextN head; bind
+    // decides on the rest).
+    bool found = false;
+    std::string missing;
+    for (size_t i = 0; i < decls.size(); ++i) {
+      if (!decls[i].optional) continue;
+      found = found || recs[i];
+      if (!recs[i] && missing.empty()) missing = decls[i].name;
+    }
+    if (!lm->draft_dropped.empty()) missing.clear();
+    if (!found)
+      raise("E_SPEC_NO_DRAFT", Where{lm->folder, missing, "--spec-type"},
+            "a checkpoint with its MTP/NextN draft layer",
+            lm->draft_dropped.empty() ? "none"
+                                      : "a draft layer that cannot be cut over " +
+                                            std::to_string(options.tp_size) + " ranks: " + lm->draft_dropped,
+            "start without --spec-type draft-mtp");
+  }
+  if (!lm->draft_dropped.empty())
+    lm->warnings.add("W_TP_NO_DRAFT", Where{"", "", "--tp"},
+                     "the draft layer is not loaded under --tp " + std::to_string(options.tp_size) + ": " +
+                         lm->draft_dropped);
 
   MemoryPlan& plan = lm->plan;
   plan.backend = std::string(backend_name);

@@ -38,6 +38,9 @@ struct LoadOptions {
   // its slices of the cut tensors; the memory plan is the rank's.
   int tp_rank = 0, tp_size = 1;
   Communicator* comm = nullptr;
+  // --spec-type draft-mtp: refuse (E_SPEC_NO_DRAFT, before any allocation) a checkpoint whose draft layer
+  // is missing or, under TP, cannot be cut.
+  bool require_draft = false;
 };
 
 // One weight to load, as the plan saw it.
@@ -72,6 +75,7 @@ struct LoadedModel {
   std::string folder;
   MemoryPlan plan;
   std::vector<WeightJob> jobs;  // every declared tensor found in the checkpoint, in declaration order
+  std::string draft_dropped;    // why the draft layer is not loaded though shipped (its TP cuts); "" if not
   LoadStats stats;
 };
 
@@ -81,8 +85,12 @@ struct LoadedModel {
 // ("mtp.fc.weight, mtp.norm.weight, … (12 in all)"); "" when none is missing.
 std::string missing_draft_tensors(const LoadedModel& lm);
 
+// Under TP an optional tensor whose cut the stored format cannot take (E_TP_CUT) drops every optional
+// declaration (the draft layer is all or nothing) when `optional_dropped` is given, which then says why;
+// without it the refusal is thrown like any other.
 std::vector<const WeightRecord*> match_declarations(const std::vector<TensorDecl>& decls,
-                                                    const std::vector<WeightRecord>& records);
+                                                    const std::vector<WeightRecord>& records,
+                                                    std::string* optional_dropped = nullptr);
 
 // Everything before the first allocation: open, headers, declarations, every weight's stored-header checks
 // (the format layer's, on zero rows), the memory plan for a backend named `backend_name` with `memory`.

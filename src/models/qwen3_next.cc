@@ -256,17 +256,18 @@ class Qwen3Next final : public BatchedModel {
     // Cache slot j holds draft row j; its RoPE position is j + 1.
     const KvSlot kv{st.draft_k, st.draft_v, st.draft_pos, &pos, 0, T};
     attention(be, mtp_layer_, x, y, std::span(&kv, 1));
+    tp_.all_reduce(be, y, "draft mixer all-reduce");  // cut like the main layers (models.md §2.7)
     be.add(h, h, y);
     be.rms_norm(x, h, mtp_layer_.post_norm, c_.eps, NormKind::OnePlus);
     mlp(be, mtp_layer_, true, x, y);
+    tp_.all_reduce(be, y, "draft MoE all-reduce");
     be.add(h, h, y);
     st.draft_pos += T;
 
     ForwardResult r;
     r.hidden = be.alloc({T, c_.D});
     be.rms_norm(r.hidden, h, mtp_norm_, c_.eps, NormKind::OnePlus);
-    r.logits = be.alloc({T, c_.V});
-    be.matmul(r.logits, r.hidden, *lm_head_);
+    r.logits = tp_.head_logits(be, r.hidden, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
     return r;
   }
 
@@ -463,7 +464,7 @@ class Qwen3Next final : public BatchedModel {
   }
 
   // The rank's share of every split size (models.md §2.7), refused by name where the world size does not
-  // divide. The draft layer is not sharded yet: no MTP under TP.
+  // divide. The draft layer is cut like the main layers.
   void shard_config() {
     kv_ = tp_kv_heads(tp_, c_.H, c_.Hkv);
     c_.H = tp_.split(c_.H, "attention heads");
@@ -475,7 +476,6 @@ class Qwen3Next final : public BatchedModel {
     if (std::find(c_.moe.begin(), c_.moe.end(), false) != c_.moe.end())
       c_.Im = tp_.split(c_.Im, "MLP intermediate channels");
     if (!c_.tie) tp_.split(c_.V, "vocabulary rows");
-    c_.mtp_layers = 0;
   }
   int64_t vocab_local() const { return tp_.on() && !c_.tie ? c_.V / tp_.size : c_.V; }
 

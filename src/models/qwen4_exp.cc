@@ -166,8 +166,7 @@ class Qwen4Exp final : public BatchedModel {
         d.push_back({p + "ple.conv1d.weight", {nD, 1, c_.ple_conv_k}});
       }
     }
-    // MTP draft layer (optional: transformers' own exports drop it). Not sharded yet: none under TP.
-    if (tp_.on()) return d;
+    // MTP draft layer (optional: transformers' own exports drop it), cut like the main layers under TP.
     d.push_back({"mtp.fc_embedding.weight", {c_.D, c_.D}, true});
     d.push_back({"mtp.fc_hidden.weight", {c_.D, c_.D}, true});
     d.push_back({"mtp.pre_fc_norm_embedding.weight", {c_.D}, true});
@@ -286,9 +285,9 @@ class Qwen4Exp final : public BatchedModel {
       elems += c_.attn[l] ? qsa_cache_elems(capacity) : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
       if (ple_index(l) >= 0) elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
     }
-    // Before bind the draft layer counts as present (it is declared, except under TP; the checkpoint may not
-    // ship it).
-    if (draft_.present || (!bound_ && !tp_.on())) elems += qsa_cache_elems(capacity + 1);
+    // Before bind the draft layer counts as present (it is declared; the checkpoint may not ship it, or its
+    // cuts may not fit the stored formats under TP).
+    if (draft_.present || !bound_) elems += qsa_cache_elems(capacity + 1);
     return static_cast<uint64_t>(elems) * sizeof(float);
   }
 
@@ -410,9 +409,11 @@ class Qwen4Exp final : public BatchedModel {
     Tensor u = hc_read(be, L.attn_hc, X, &inj);
     const QsaSlot slot{&st.draft, &pos, p0, 1, 0, T, &st.index_ties};
     Tensor y = qsa(be, L.att, u, std::span(&slot, 1));
+    tp_.all_reduce(be, y, "draft mixer all-reduce");  // cut like the main layers (models.md §3.12)
     Tensor xn = hc_inject_norm(be, X, y, inj, L.mlp_hc.norm);
     u = hc_read(be, L.mlp_hc, X, &inj, xn);
     y = moe(be, L.moe, u);
+    tp_.all_reduce(be, y, "draft MoE all-reduce");
     xn = hc_inject_norm(be, X, y, inj, draft_.mixer.norm);
     st.draft_pos += T;
     report_ties(st, ties_before);
@@ -420,8 +421,7 @@ class Qwen4Exp final : public BatchedModel {
     ForwardResult r;
     r.hidden = X;
     Tensor h = hc_read(be, draft_.mixer, X, nullptr, xn);
-    r.logits = be.alloc({T, c_.V});
-    be.matmul(r.logits, h, *lm_head_);
+    r.logits = tp_.head_logits(be, h, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
     return r;
   }
 

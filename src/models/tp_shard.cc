@@ -49,6 +49,13 @@ Tensor TpShard::gather_cols(Backend& be, const Tensor& local, std::string_view w
   return on() ? be.tp_gather_cols(local, *comm, what) : local;
 }
 
+Tensor TpShard::head_logits(Backend& be, const Tensor& x, const Weight& head, bool split,
+                            std::string_view what) const {
+  Tensor local = be.alloc({x.rows(), head.rows()});
+  be.matmul(local, x, head);
+  return split ? gather_cols(be, local, what) : local;
+}
+
 TpKvHeads tp_kv_heads(const TpShard& tp, int64_t q_heads, int64_t kv_heads) {
   if (!tp.on()) return {kv_heads, 0};
   const int64_t q_local = tp.split(q_heads, "attention heads");

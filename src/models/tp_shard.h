@@ -36,6 +36,10 @@ struct TpShard {
   void all_reduce(Backend& be, Tensor& t, std::string_view what) const;
   // [R, n] on every rank → [R, size·n], rank r's columns at [r·n, (r+1)·n).
   Tensor gather_cols(Backend& be, const Tensor& local, std::string_view what) const;
+  // x · headᵀ → [R, vocabulary]: a head cut by vocabulary rows (`split`: its rows are this rank's share)
+  // gives this rank's columns, then every rank's are gathered in rank order. The draft layers' heads.
+  Tensor head_logits(Backend& be, const Tensor& x, const Weight& head, bool split,
+                     std::string_view what) const;
 };
 
 // KV heads under TP (attention by KV head): size divides Hkv → Hkv/size heads each; else each rank keeps the

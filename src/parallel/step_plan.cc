@@ -41,6 +41,14 @@ std::vector<std::vector<float>> TpLeader::decode(std::span<const SeqId> seqs, st
   return e_.decode(seqs, ids);
 }
 
+DraftOptions tp_draft_options(Communicator& comm, DraftOptions options) {
+  options.agree = [&comm](int32_t draft) {
+    comm.broadcast(&draft, sizeof(draft), 0, "draft id");
+    return draft;
+  };
+  return options;
+}
+
 void TpLeader::stop() {
   send_plan(c_, kPlanStop, 0, {}, {});
 }
@@ -52,6 +60,15 @@ namespace {
 struct FollowerStates {
   ModelStepEngine steps;
   std::map<int64_t, std::unique_ptr<SequenceState>> states;
+
+  // Rank 0's drafts: this rank runs the same draft steps, and its choices give way to rank 0's (agree).
+  void enable_drafting(Communicator& c, int64_t source, int64_t n_max) {
+    DraftOptions d;
+    d.source = source == int64_t(DraftOptions::Source::Ngram) ? DraftOptions::Source::Ngram
+                                                              : DraftOptions::Source::Mtp;
+    d.n_max = static_cast<int>(n_max);
+    steps.enable_drafting(tp_draft_options(c, d));
+  }
 
   void forward(int64_t n, std::span<const int64_t> meta, std::span<const int32_t> ids) {
     std::vector<StepItem> items(static_cast<size_t>(n));
@@ -111,6 +128,16 @@ void tp_follow(Communicator& c, Engine& engine, bool heartbeats) {
           break;
         case kPlanHeartbeat:
           c.barrier("heartbeat");
+          break;
+        case kPlanDrafting:
+          server.enable_drafting(c, head[1], seqs.at(0));
+          break;
+        case kPlanDraft:
+          server.steps.draft(*server.states.at(head[1]), static_cast<int32_t>(seqs.at(0)),
+                             static_cast<int>(seqs.at(1)));
+          break;
+        case kPlanCommit:
+          server.steps.commit(*server.states.at(head[1]), seqs.at(0));
           break;
         default:
           raise("E_TP_PLAN", Where{"", "", "step plan"}, "a known step kind", std::to_string(head[0]));

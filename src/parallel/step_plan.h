@@ -11,6 +11,7 @@
 
 #include "parallel/communicator.h"
 #include "runtime/engine.h"
+#include "runtime/spec_draft.h"
 
 namespace bloomery {
 
@@ -27,7 +28,12 @@ enum TpPlanKind : int64_t {
   kPlanDropState,  // arg: the state's id
   kPlanForward,    // arg: item count; seqs: {state id, token count, flags} per item; ids: every item's
   kPlanHeartbeat,  // a barrier: a dead or hung rank is found while the server is idle
+  kPlanDrafting,   // arg: DraftOptions::Source; seqs: {n_max}. Every rank's step engine drafts from now on
+  kPlanDraft,      // arg: the state's id; seqs: {pending token, k}. The draft layer's steps (rank 0 picks)
+  kPlanCommit,     // arg: the state's id; seqs: {rows kept} after a speculative forward
 };
+// Every rank's DraftOptions::agree under TP: rank 0's choice of each draft, broadcast to the others.
+DraftOptions tp_draft_options(Communicator& comm, DraftOptions options);
 // Rank 0's side: the header, then the sequences and ids when there are any.
 void send_plan(Communicator& comm, int64_t kind, int64_t arg, std::span<const int64_t> seqs,
                std::span<const int32_t> ids);

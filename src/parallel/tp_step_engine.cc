@@ -109,6 +109,43 @@ void TpStepEngine::forward(std::span<StepItem> items) {
     if (it.error.find("E_TP_") != std::string::npos) return fail(it.error);
 }
 
+void TpStepEngine::enable_drafting(DraftOptions options) {
+  std::lock_guard lk(mu_);
+  ngram_ = options.source == DraftOptions::Source::Ngram;
+  const int64_t n_max[1] = {options.n_max};
+  send_plan(c_, kPlanDrafting, int64_t(options.source), n_max, {});
+  local_.enable_drafting(ngram_ ? std::move(options) : tp_draft_options(c_, std::move(options)));
+}
+
+template <typename Local>
+void TpStepEngine::on_every_rank(int64_t kind, SequenceState& state, std::span<const int64_t> args,
+                                 Local&& local) {
+  std::lock_guard lk(mu_);
+  if (const std::string f = failure(); !f.empty())
+    raise("E_TP_RANK_FAILED", Where{"", "", "--tp"}, "every rank alive", "the group failed: " + f);
+  try {
+    send_released();
+    send_plan(c_, kind, id_of(&state), args, {});
+    local();
+  } catch (const std::exception& e) {
+    if (std::string(e.what()).find("E_TP_") != std::string::npos) fail(e.what());
+    throw;
+  }
+}
+
+std::vector<int32_t> TpStepEngine::draft(SequenceState& state, int32_t pending, int k) {
+  if (ngram_) return local_.draft(state, pending, k);
+  std::vector<int32_t> out;
+  const int64_t args[2] = {pending, k};
+  on_every_rank(kPlanDraft, state, args, [&] { out = local_.draft(state, pending, k); });
+  return out;
+}
+
+void TpStepEngine::commit(SequenceState& state, int64_t n) {
+  const int64_t args[1] = {n};
+  on_every_rank(kPlanCommit, state, args, [&] { local_.commit(state, n); });
+}
+
 void TpStepEngine::heartbeat_loop() {
   std::unique_lock lk(mu_);
   while (!stopping_) {

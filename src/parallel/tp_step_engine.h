@@ -32,6 +32,12 @@ class TpStepEngine final : public StepEngine {
   void forward(std::span<StepItem> items) override;
   void prefetch(SequenceState& state, std::span<const int32_t> ids) override { local_.prefetch(state, ids); }
   void release(std::unique_ptr<SequenceState> state) override;
+  // Drafting under TP: every rank runs the draft layer on its shard (its collectives) and takes rank 0's
+  // drafts (tp_draft_options); n-gram drafts are rank 0's alone. Commits after a verify go to every rank.
+  void enable_drafting(DraftOptions options);
+  bool drafting() const override { return local_.drafting(); }
+  std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) override;
+  void commit(SequenceState& state, int64_t n) override;
 
   // "" while every rank is healthy; else why the group failed (the first collective error).
   std::string failure() const;
@@ -41,6 +47,9 @@ class TpStepEngine final : public StepEngine {
   void send_released();               // under mu_: the states released since the last plan
   int64_t id_of(const SequenceState* s);
   void heartbeat_loop();
+  // Sends one plan about `state` (under mu_), then runs `local` here; a collective's failure fails the group.
+  template <typename Local>
+  void on_every_rank(int64_t kind, SequenceState& state, std::span<const int64_t> args, Local&& local);
 
   Communicator& c_;
   ModelStepEngine local_;
@@ -56,6 +65,7 @@ class TpStepEngine final : public StepEngine {
   std::condition_variable cv_;
   bool stopping_ = false;
   std::thread beat_;
+  bool ngram_ = false;  // n-gram drafts: rank 0 proposes alone, no draft plan
 };
 
 }  // namespace bloomery

@@ -711,7 +711,15 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
       return;
     }
     if (accepted) continue;
-    if (it.speculative) engine_.commit(*s.state, j + 1);
+    if (it.speculative) {
+      try {
+        engine_.commit(*s.state, j + 1);
+      } catch (const std::exception& e) {  // a TP group that failed since the forward: the request ends
+        account();
+        finish(s, StopReason::Error, e.what());
+        return;
+      }
+    }
     account();
     // The sampled token still has to be fed: it needs one more position.
     if (s.state->pos + 1 > config_.n_ctx_slot) {

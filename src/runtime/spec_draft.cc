@@ -88,15 +88,20 @@ std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st,
   ForwardResult r = catch_up(model, be, st, static_cast<int64_t>(st.draft_next.size()));
   for (int j = 0; j < k; ++j) {
     const int64_t T = r.logits.rows();
-    std::vector<float> row = be.download(r.logits.slice(T - 1, 1));
-    int32_t d = argmax(row);
+    int32_t d = -1;
     if (opt.p_min > 0.0f) {
-      // The draft's own confidence: its softmax probability of d.
+      // The draft's own confidence: its softmax probability of d (needs the row).
+      std::vector<float> row = be.download(r.logits.slice(T - 1, 1));
+      d = argmax(row);
       double z = 0.0;
       for (float v : row) z += std::exp(static_cast<double>(v - row[d]));
-      if (1.0 / z < opt.p_min) break;
+      if (1.0 / z < opt.p_min) d = -1;
+    } else {
+      d = be.argmax_last_rows(std::span(&r.logits, 1))[0];  // on the card only the id comes back
     }
-    if (opt.hook) d = opt.hook(st.pos + 1 + j, j, d);
+    if (d >= 0 && opt.hook) d = opt.hook(st.pos + 1 + j, j, d);
+    if (opt.agree) d = opt.agree(d);
+    if (d < 0) break;
     out.push_back(d);
     if (j + 1 == k) break;
     const int32_t id = d;

@@ -28,6 +28,10 @@ struct DraftOptions {
   // Test hook: the draft at position `pos` (the j-th of its round, 0-based) may be replaced (to force accepts
   // or rejects). Called before the draft is fed to the next draft step.
   std::function<int32_t(int64_t pos, int j, int32_t draft)> hook;
+  // Tensor parallel: every rank runs the draft layer (its collectives) and rank 0 decides. Called with this
+  // rank's choice for each draft (-1: stop drafting), it returns the group's (rank 0's, broadcast), which
+  // every rank then feeds to its next draft step. Unset: this rank decides alone.
+  std::function<int32_t(int32_t draft)> agree;
 };
 
 // After a forward of `ids` whose hiddens are `hidden` [T, draft_hidden_size] (committed rows only): queues

@@ -20,6 +20,18 @@
 
 namespace bloomery::server {
 
+namespace {
+
+DraftOptions draft_options(const SchedulerConfig& config) {
+  DraftOptions d;
+  d.n_max = config.spec.n_max;
+  d.p_min = config.spec.p_min;
+  if (config.spec.ngram) d.source = DraftOptions::Source::Ngram;
+  return d;
+}
+
+}  // namespace
+
 std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   auto h = std::unique_ptr<EngineHost>(new EngineHost());
   h->folder_ = o.model;
@@ -28,11 +40,6 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
   // The engine: -dev none → CPU, cuda0 → CUDA (refused now if the family's ops are not on the card), auto →
   // CUDA when this build has it, a device is present and the family runs on it.
   h->layout_ = resolve_tp(TpFlags{o.tp, o.nodes, o.node_rank, o.collective_timeout_ms});
-  if (h->layout_.distributed()) {
-    if (o.spec_type != "none")
-      raise("E_FLAG_REFUSED", Where{"", "", "--spec-type"}, "none with --tp/--nodes", o.spec_type,
-            "draft layers are not cut over ranks yet");
-  }
   // Under TP as without it: auto takes CUDA ranks where the family runs on the card (verified on the H200:
   // the one-GPU loopback against TP 1 on three fixtures, NCCL's calls with a world of one, glm5_next --tp 2
   // in the bench, docs/performance.md), CPU ranks otherwise.
@@ -145,11 +152,7 @@ void EngineHost::load(const SchedulerConfig& config, int threads,
     if (!config.spec.ngram && !lm_->model->info().has_draft)
       raise("E_SPEC_NO_DRAFT", Where{lm_->folder, missing_draft_tensors(*lm_), "--spec-type"},
             "a checkpoint with its MTP/NextN draft layer", "none", "start without --spec-type draft-mtp");
-    DraftOptions d;
-    d.n_max = config.spec.n_max;
-    d.p_min = config.spec.p_min;
-    if (config.spec.ngram) d.source = DraftOptions::Source::Ngram;
-    step->enable_drafting(d);
+    step->enable_drafting(draft_options(config));
   }
   step_ = std::move(step);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);
@@ -167,6 +170,8 @@ void EngineHost::load_ranks(const SchedulerConfig& config, int threads,
   lo.plan.context = config.n_ctx_slot;
   lo.plan.sequences = config.n_slots;
   lo.plan.ubatch = config.n_ubatch;
+  // Each rank refuses a draft layer it cannot hold (missing, or not cut by its formats) before allocating.
+  lo.require_draft = config.spec.n_max > 0 && !config.spec.ngram;
   if (progress) {
     progress(0, 1);
     lo.on_progress = [&progress](uint64_t done, uint64_t total) {
@@ -187,6 +192,7 @@ void EngineHost::load_ranks(const SchedulerConfig& config, int threads,
       std::clamp(layout_.timeout / 2, std::chrono::milliseconds(1), std::chrono::milliseconds(5000));
   auto step =
       std::make_unique<TpStepEngine>(*group_->comm(), *group_->model().model, group_->backend(), beat);
+  if (config.spec.n_max > 0) step->enable_drafting(draft_options(config));
   tp_step_ = step.get();
   step_ = std::move(step);
   scheduler_ = std::make_unique<Scheduler>(*step_, config, sample_token);

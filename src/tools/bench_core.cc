@@ -260,7 +260,8 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
                                      const BenchParams& p, const std::function<void(const BenchRow&)>& on_row,
                                      StepEngine* steps) {
   check_params(p);
-  if (steps && !p.spec_rows.empty())  // the draft layers are not cut over ranks (run and serve refuse too)
+  // The spec rows are measured on one rank (not over a TP step engine yet).
+  if (steps && !p.spec_rows.empty())
     raise("E_BENCH_ARGS", Where{"", "", "--spec-rows"}, "one rank (no --tp / --nodes)", "tensor parallel");
   // The spec rows that run with a C = 1 tg row: skipped with it, the draft row also without a draft layer.
   auto spec_rows_of = [&](const BenchRow& tg) {

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "models/model_loader.h"
 #include "parallel/tp_group.h"
+#include "parallel/tp_step_engine.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
@@ -74,19 +75,30 @@ void finish_output(StreamDecoder* stream, const std::vector<int32_t>& out, bool 
 
 // `bloomery run --spec-type draft-mtp`: greedy generation through the scheduler with MTP drafting, then the
 // drafted / accepted counts, the acceptance per draft position and the mean accepted length.
-int run_drafting(Model& model, Backend& backend, const std::string& folder, bool ngram,
-                 const std::string& missing, const std::vector<int32_t>& ids, const std::vector<int32_t>& eos,
-                 int n_predict, bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min,
-                 float p_min, const SamplerConfig& sc, Clock::time_point t0) {
+// `tp`: rank 0's communicator under --tp/--nodes (the other ranks follow its step plans), else null.
+int run_drafting(Model& model, Backend& backend, Communicator* tp, std::chrono::milliseconds tp_heartbeat,
+                 const std::string& folder, bool ngram, const std::string& missing,
+                 const std::vector<int32_t>& ids, const std::vector<int32_t>& eos, int n_predict,
+                 bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min, float p_min,
+                 const SamplerConfig& sc, Clock::time_point t0) {
   if (!ngram && !model.info().has_draft)
     raise("E_SPEC_NO_DRAFT", Where{folder, missing, "--spec-type"},
           "a checkpoint with its MTP/NextN draft layer", "none", "run without --spec-type draft-mtp");
-  ModelStepEngine engine(model, backend);
   DraftOptions d;
   d.n_max = n_max;
   d.p_min = p_min;
   if (ngram) d.source = DraftOptions::Source::Ngram;
-  engine.enable_drafting(d);
+  std::unique_ptr<StepEngine> steps;
+  if (tp) {
+    auto e = std::make_unique<TpStepEngine>(*tp, model, backend, tp_heartbeat);
+    e->enable_drafting(d);
+    steps = std::move(e);
+  } else {
+    auto e = std::make_unique<ModelStepEngine>(model, backend);
+    e->enable_drafting(d);
+    steps = std::move(e);
+  }
+  StepEngine& engine = *steps;
   SchedulerConfig cfg;
   cfg.n_ctx_slot = static_cast<int64_t>(ids.size()) + n_predict + 1;
   cfg.spec = {n_max, n_min, p_min, ngram};
@@ -203,11 +215,6 @@ int run_run(int argc, char** argv) {
   const int tp_size = layout.size;
   const int node_rank = layout.rank;
   const bool drafting = spec_type != "none";
-  if (drafting && layout.distributed()) {
-    std::fprintf(stderr,
-                 "error: --spec-type with --tp/--nodes is not supported yet (draft layers are not cut)\n");
-    return 2;
-  }
   if (drafting && !logits_out.empty()) {
     std::fprintf(stderr, "error: --logits-out is not written with --spec-type draft-mtp\n");
     return 2;
@@ -233,6 +240,7 @@ int run_run(int argc, char** argv) {
   load.plan.budget_bytes = mem_budget_mib << 20;
   load.progress = no_progress ? ProgressMode::Quiet : ProgressMode::Auto;
   load.bulk = !per_weight;
+  load.require_draft = spec_type == "draft-mtp";  // refused before anything is allocated, on every rank
   load.on_plan = [&](const MemoryPlan& plan) {
     if (no_progress) return;
     for (const std::string& line : plan.lines()) std::fprintf(stderr, "%s\n", line.c_str());
@@ -281,9 +289,12 @@ int run_run(int argc, char** argv) {
   if (eos.empty() && tok) eos = tok->eos_ids();
 
   if (drafting)
-    return run_drafting(model, *backend, lm->folder, spec_type == "ngram-simple", missing_draft_tensors(*lm),
-                        ids, eos, n_predict, ignore_eos, print_ids, tok.get(), spec_n_max, spec_n_min,
-                        spec_p_min, SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
+    return run_drafting(
+        model, *backend, group.comm(),
+        std::clamp(layout.timeout / 2, std::chrono::milliseconds(1), std::chrono::milliseconds(5000)),
+        lm->folder, spec_type == "ngram-simple", missing_draft_tensors(*lm), ids, eos, n_predict, ignore_eos,
+        print_ids, tok.get(), spec_n_max, spec_n_min, spec_p_min,
+        SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
 
   SeqId seq = group.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);
   Sampler sampler(SamplerConfig{temp, top_k, top_p, min_p, seed});

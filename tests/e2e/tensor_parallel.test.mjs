@@ -1,5 +1,5 @@
 // bloomery-serve with tensor parallelism on CPU ranks (serving.md §1.3, R-5): --tp 2 in one process and
-// --nodes over 127.0.0.1 (one process per rank) give --tp 1's greedy text; a rank killed mid-stream or
+// --nodes over 127.0.0.1 (one process per rank) give --tp 1's greedy text, with drafting too; a rank killed mid-stream or
 // stalled while idle is named, /health and new requests turn 503, the stream in flight ends with an error
 // event, and SIGTERM then ends rank 0 with status 1; a stalled rank 0 is named by its follower.
 import { test } from 'node:test';
@@ -85,12 +85,61 @@ test('every fixture whose shapes divide: serve --tp N gives --tp 1 greedy text',
   }
 });
 
+// Drafting under TP: every rank runs the draft layer on its shard and takes rank 0's drafts; verify commits
+// go to every rank. Lossless: the greedy text equals --tp 1 without drafting, with drafts really made.
+const TRAINED = path.join(FIXTURES, '..', 'trained');
+async function draftedGreedy(server) {
+  const r = await postJson(`${server.url}/completion`, PROMPT);
+  assert.equal(r.status, 200, JSON.stringify(r.body));
+  assert.equal(r.body.tokens_predicted, PROMPT.n_predict);
+  return { text: r.body.content, t: r.body.timings };
+}
+
+test('--tp 2 --spec-type draft-mtp|ngram-simple: greedy text equals --tp 1 without drafting, drafts made', async () => {
+  const runs = [[path.join(FIXTURES, 'qwen3_next-bf16'), 'draft-mtp'], [path.join(FIXTURES, 'glm5_next-bf16'), 'draft-mtp'],
+    [path.join(TRAINED, 'qwen4_exp-bf16'), 'draft-mtp'], [path.join(FIXTURES, 'qwen4_exp-bf16'), 'ngram-simple']];
+  let accepted = 0;
+  for (const [model, type] of runs) {
+    const expected = await greedyAlone({ model });
+    const s = await startServer({ model, args: ['--tp', '2', '-np', '2', '--spec-type', type, '--draft-max', '3'] });
+    try {
+      const one = await draftedGreedy(s);
+      assert.equal(one.text, expected, `${model} ${type}`);
+      assert.ok(one.t.draft_n > 0, `${model}: draft_n ${one.t.draft_n}`);
+      accepted += one.t.draft_n_accepted;
+      // Two requests at once: each drafts and verifies in the shared steps, each equal to its serial run.
+      const both = await Promise.all([draftedGreedy(s), draftedGreedy(s)]);
+      assert.deepEqual(both.map((b) => b.text), [expected, expected]);
+    } finally {
+      await s.stop();
+    }
+    assert.equal(s.exited().code, 0, s.output());
+  }
+  assert.ok(accepted > 0, 'no draft was accepted in any run');
+});
+
+test('--tp 2 --spec-type draft-mtp: a draft layer whose formats cannot take the cut is refused at start by name', async () => {
+  const model = path.join(FIXTURES, 'qwen4_exp-modelopt-mixed');
+  const s = spawn(SERVE, ['-m', model, '-t', '1', '--port', String(await freePort()), '--tp', '2', '--spec-type', 'draft-mtp'],
+    { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  s.stdout.on('data', (d) => { out += d; });
+  s.stderr.on('data', (d) => { out += d; });
+  const code = await new Promise((resolve) => s.on('exit', resolve));
+  assert.notEqual(code, 0, out);
+  assert.match(out, /E_SPEC_NO_DRAFT/);
+  assert.match(out, /cannot be cut over 2 ranks/);
+  assert.match(out, /mtp\.layers\.0\.mlp\.experts/);
+});
+
 test('--nodes over 127.0.0.1: two processes give one process greedy text; the follower stops with rank 0', async () => {
   const expected = await greedyAlone();
-  const { server, follower } = await nodes();
+  const { server, follower } = await nodes(['--spec-type', 'draft-mtp']);
   try {
     assert.match(server.output(), /rank 0 of 2/);
-    assert.equal(await greedy(server), expected);
+    const drafted = await draftedGreedy(server);  // the draft plans over the socket too
+    assert.equal(drafted.text, expected);
+    assert.ok(drafted.t.draft_n > 0, `draft_n ${drafted.t.draft_n}`);
     assert.equal(await greedy(server), expected);  // freed states are dropped on the follower too
   } finally {
     await server.stop();
@@ -257,7 +306,6 @@ test('TP flag errors name the flag: -sm none with --tp 2, --node-rank, CUDA rank
   assert.equal(r.code, 2, r.out);
   assert.match(r.out, /--tp-launch.*expected auto, threads or processes.*found 'fork'/);
   for (const [args, want] of [
-    [['--tp', '2', '--spec-type', 'draft-mtp'], /E_FLAG_REFUSED: field '--spec-type': expected none with --tp/],
     [['--tp', '3', '--nodes', '127.0.0.1:1,127.0.0.1:2'], /E_TP_NODES: field '--tp': expected --tp equal to the 2 --nodes, found 3/],
     [['--nodes', '127.0.0.1:1,127.0.0.1:2', '--node-rank', '2'], /E_TP_NODES: field '--node-rank'/],
   ]) {
