@@ -141,6 +141,26 @@ class Backend : public virtual FamilyOps {
     }
     return ids;
   }
+  // A sampled draw of one row where its logits live: llama-server's cuts (top-k, top-p, min-p on the
+  // temperature-1 distribution), then the temperature on the survivors, then one draw from a counter-based
+  // generator of (seed, step), so a seeded request draws the same tokens again on the same backend.
+  struct RowDraw {
+    float temperature = 1.0f;  // > 0 (a greedy row takes argmax_last_rows)
+    int top_k = 0;             // 0: off
+    float top_p = 1.0f;        // 1: off
+    float min_p = 0.0f;        // 0: off
+    uint64_t seed = 0;
+    uint64_t step = 0;  // one draw per step of a sequence
+  };
+  // Whether draw_last_rows runs here (the card: only the ids come back instead of the rows). Default: no, the
+  // caller downloads the rows and samples them itself.
+  virtual bool draws_rows() const { return false; }
+  // For each tensor of logits [rows, V], one draw from its last row with draws[i].
+  virtual std::vector<int32_t> draw_last_rows(std::span<const Tensor> logits,
+                                              std::span<const RowDraw> draws) {
+    raise("E_BACKEND_UNSUPPORTED", Where{"", "", "draw_last_rows"}, "a backend that draws rows (draws_rows)",
+          std::string(name()));
+  }
 
   // ---- tensor parallel (models.md §2.7; parallel/communicator.h) -----------------------------------------
   // This backend becomes rank comm.rank() of a TP group: every rank calls it once, together, before its

@@ -92,4 +92,49 @@ std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::Batc
   return out;
 }
 
+DraftRows draft_rows(Backend& be, std::span<const Model::DraftEntry> entries, int64_t width,
+                     std::string_view what, const std::function<int64_t(const SequenceState&)>& cache_rows) {
+  DraftRows d;
+  d.e.reserve(entries.size());
+  for (const Model::DraftEntry& en : entries) {
+    const int64_t T = static_cast<int64_t>(en.next_ids.size());
+    if (en.hidden.rows() != T || en.hidden.cols() != width)
+      backend_shape_error(what, "hidden [" + std::to_string(T) + ", " + std::to_string(width) + "]",
+                          en.hidden.shape_str());
+    const int64_t p0 = en.state->draft_pos;
+    if (p0 + T > cache_rows(*en.state))
+      raise("E_CONTEXT_FULL", Where{"", "", "draft tokens"},
+            "at most " + std::to_string(cache_rows(*en.state)), std::to_string(p0 + T));
+    EntryRows r;
+    r.r0 = d.total;
+    r.T = T;
+    r.p0 = p0;
+    for (int64_t t = 0; t < T; ++t) r.pos.push_back(p0 + 1 + t);
+    d.tok.insert(d.tok.end(), en.next_ids.begin(), en.next_ids.end());
+    d.total += T;
+    d.e.push_back(std::move(r));
+  }
+  if (entries.size() == 1) {
+    d.hidden = entries[0].hidden;
+    return d;
+  }
+  d.hidden = be.alloc({d.total, width});
+  for (size_t i = 0; i < entries.size(); ++i) {
+    Tensor rows = d.hidden.slice(d.e[i].r0, d.e[i].T);
+    be.copy(rows, entries[i].hidden);
+  }
+  return d;
+}
+
+std::vector<ForwardResult> draft_results(std::span<const Model::DraftEntry> entries, const DraftRows& d,
+                                         const Tensor& hidden, const Tensor& logits) {
+  std::vector<ForwardResult> out(entries.size());
+  for (size_t i = 0; i < entries.size(); ++i) {
+    entries[i].state->draft_pos += d.e[i].T;
+    out[i].hidden = hidden.slice(d.e[i].r0, d.e[i].T);
+    out[i].logits = logits.slice(d.e[i].r0, d.e[i].T);
+  }
+  return out;
+}
+
 }  // namespace bloomery

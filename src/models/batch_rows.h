@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string_view>
 #include <vector>
 
 #include "models/model.h"
@@ -42,5 +43,24 @@ std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::Batc
                                         const BatchRows& b, const Tensor& hidden, const Weight& head,
                                         const std::function<Tensor(const Tensor&)>& head_in = {},
                                         const std::function<Tensor(const Tensor&)>& head_out = {});
+
+// A batched draft pass's rows (Model::draft_batch): every entry's hidden stacked into one tensor (the entry's
+// own when there is one), its next ids, and its rows with p0 = its draft_pos and the draft positions
+// p0 + 1 … p0 + T (the draft layer sits one position ahead of the target). Checked before anything changes:
+// the hidden's shape [T, width] (T = its ids) and room for T more rows in the draft cache (`cache_rows` of
+// the state; E_CONTEXT_FULL). `what` names the family's draft in the errors.
+struct DraftRows {
+  std::vector<EntryRows> e;
+  std::vector<int64_t> tok;
+  Tensor hidden;
+  int64_t total = 0;
+};
+DraftRows draft_rows(Backend& be, std::span<const Model::DraftEntry> entries, int64_t width,
+                     std::string_view what, const std::function<int64_t(const SequenceState&)>& cache_rows);
+
+// After a draft pass: every entry's draft_pos moves past its rows, and its result is its rows of the pass's
+// hidden and logits (views).
+std::vector<ForwardResult> draft_results(std::span<const Model::DraftEntry> entries, const DraftRows& d,
+                                         const Tensor& hidden, const Tensor& logits);
 
 }  // namespace bloomery

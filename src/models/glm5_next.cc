@@ -419,24 +419,30 @@ class Glm5Next final : public BatchedModel {
                         [&](const Tensor& l) { return tp_.gather_cols(be, l, "vocabulary all-gather"); });
   }
 
-  ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
+  ForwardResult draft(Backend& be, SequenceState& state, const Tensor& hidden,
                       std::span<const int32_t> next_ids) override {
-    if (!nextn_.present) return Model::draft(be, base, hidden, next_ids);
-    auto& st = static_cast<GlmState&>(base);
-    const int64_t T = static_cast<int64_t>(next_ids.size()), p0 = st.draft_pos, D = c_.D;
-    if (hidden.rows() != T || hidden.cols() != D)
-      backend_shape_error("glm5_next draft", "hidden [" + std::to_string(T) + ", " + std::to_string(D) + "]",
-                          hidden.shape_str());
-    if (p0 + T > st.draft.latent.dim(0))
-      raise("E_CONTEXT_FULL", Where{"", "", "draft tokens"},
-            "at most " + std::to_string(st.draft.latent.dim(0)), std::to_string(p0 + T));
-    std::vector<int64_t> tok(next_ids.begin(), next_ids.end());
-    const int64_t ties_before = st.index_ties + st.router_ties;
+    const DraftEntry one{&state, hidden, next_ids};
+    return std::move(draft_batch(be, std::span(&one, 1))[0]);
+  }
+
+  // Every entry's rows in one pass; DSA per entry on its own draft caches.
+  std::vector<ForwardResult> draft_batch(Backend& be, std::span<const DraftEntry> entries) override {
+    if (!nextn_.present) return Model::draft_batch(be, entries);
+    const int64_t D = c_.D;
+    const DraftRows d = draft_rows(be, entries, D, "glm5_next draft", [](const SequenceState& s) {
+      return static_cast<const GlmState&>(s).draft.latent.dim(0);
+    });
+    const int64_t T = d.total;
+    std::vector<int64_t> ties_before;
+    for (const DraftEntry& en : entries) {
+      const auto& st = static_cast<GlmState&>(*en.state);
+      ties_before.push_back(st.index_ties + st.router_ties);
+    }
     // x = W_eh [RMSNorm(E[tok]; enorm) ; RMSNorm(h; hnorm)]   (embedding first)
     Tensor e = be.alloc({T, D}), hn = be.alloc({T, D}), cat = be.alloc({T, 2 * D});
-    be.gather_rows(e, *embed_, tok);
+    be.gather_rows(e, *embed_, d.tok);
     be.rms_norm(e, e, nextn_.enorm, c_.eps, NormKind::Plain);
-    be.rms_norm(hn, hidden, nextn_.hnorm, c_.eps, NormKind::Plain);
+    be.rms_norm(hn, d.hidden, nextn_.hnorm, c_.eps, NormKind::Plain);
     be.put_cols(cat, e, 0);
     be.put_cols(cat, hn, D);
     Tensor x = be.alloc({T, D});
@@ -445,24 +451,27 @@ class Glm5Next final : public BatchedModel {
     const Layer& L = nextn_.layer;
     Tensor h = be.alloc({T, D});
     be.rms_norm(h, x, L.in_norm, c_.eps, NormKind::Plain);
-    Tensor none;
-    const DsaSlot ds{&st.draft, p0, 0, T, &none, &st.index_ties};
-    Tensor y = dsa(be, L.att, h, std::span(&ds, 1));
+    std::vector<Tensor> none(entries.size());  // no shared selection: each entry's indexer selects
+    std::vector<DsaSlot> ds;
+    std::vector<MlpSlot> ms;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto& st = static_cast<GlmState&>(*entries[i].state);
+      ds.push_back({&st.draft, d.e[i].p0, d.e[i].r0, d.e[i].T, &none[i], &st.index_ties});
+      ms.push_back({d.e[i].r0, d.e[i].T, &st.router_ties});
+    }
+    Tensor y = dsa(be, L.att, h, ds);
     tp_.all_reduce(be, y, "draft mixer all-reduce");  // cut like the main layers (models.md §4.12)
     be.add(x, x, y);
     be.rms_norm(h, x, L.post_norm, c_.eps, NormKind::Plain);
-    const MlpSlot ms{0, T, &st.router_ties};
-    y = mlp(be, L.mlp, h, std::span(&ms, 1));
+    y = mlp(be, L.mlp, h, ms);
     tp_.all_reduce(be, y, "draft MLP all-reduce");
     be.add(x, x, y);
     be.rms_norm(x, x, nextn_.head_norm, c_.eps, NormKind::Plain);
-    st.draft_pos += T;
-    report_ties(st, ties_before);
-    ForwardResult r;
-    r.hidden = x;
+    for (size_t i = 0; i < entries.size(); ++i)
+      report_ties(static_cast<GlmState&>(*entries[i].state), ties_before[i]);
     // Its own head is cut like lm_head, so either is this rank's vocabulary share when lm_head is.
-    r.logits = tp_.head_logits(be, x, *nextn_.head, split_head(), "draft vocabulary all-gather");
-    return r;
+    const Tensor logits = tp_.head_logits(be, x, *nextn_.head, split_head(), "draft vocabulary all-gather");
+    return draft_results(entries, d, x, logits);
   }
 
  private:

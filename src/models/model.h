@@ -105,6 +105,8 @@ class SequenceState {
   std::vector<int32_t> draft_next;
   Tensor verify_hidden;  // the pending verify's hiddens and ids, queued once commit keeps some
   std::vector<int32_t> verify_ids;
+  // Runs when the snapshot is freed: a TP leader's note to its ranks to free their copies. Usually null.
+  std::shared_ptr<void> on_free;
 };
 
 // One named piece of a sequence state, for checkpoints and for tests that compare states tensor by tensor.
@@ -126,6 +128,8 @@ struct StateCheckpoint {
   std::vector<int32_t> draft_next;
   Tensor verify_hidden;  // the pending verify's hiddens and ids, queued once commit keeps some
   std::vector<int32_t> verify_ids;
+  // Runs when the snapshot is freed: a TP leader's note to its ranks to free their copies. Usually null.
+  std::shared_ptr<void> on_free;
 };
 
 struct ForwardResult {
@@ -213,6 +217,20 @@ class Model {
   virtual ForwardResult draft(Backend& backend, SequenceState& state, const Tensor& hidden,
                               std::span<const int32_t> next_ids) {
     raise("E_MODEL_NO_DRAFT", Where{"", "", "draft"}, "a model with an MTP/NextN layer", info().family);
+  }
+  // One sequence's share of a batched draft pass: draft()'s arguments.
+  struct DraftEntry {
+    SequenceState* state;
+    Tensor hidden;
+    std::span<const int32_t> next_ids;
+  };
+  // The draft layer over several sequences in one pass (their rows stacked, so each weight is read once; the
+  // caches and positions each sequence's own): each result is what draft() gives for that entry alone.
+  // Default: draft() for each.
+  virtual std::vector<ForwardResult> draft_batch(Backend& backend, std::span<const DraftEntry> entries) {
+    std::vector<ForwardResult> out;
+    for (const DraftEntry& e : entries) out.push_back(draft(backend, *e.state, e.hidden, e.next_ids));
+    return out;
   }
 };
 

@@ -227,26 +227,26 @@ class Qwen3Next final : public BatchedModel {
 
   // MTP (models.md §2.8): x = W_fc [norm(E[tok]); norm(h)], one full-attention MoE layer at position p+1 with
   // its own cache, then mtp.norm; the normed output is both the logits' input and the recycled hidden.
-  ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
+  ForwardResult draft(Backend& be, SequenceState& state, const Tensor& hidden,
                       std::span<const int32_t> next_ids) override {
+    const DraftEntry one{&state, hidden, next_ids};
+    return std::move(draft_batch(be, std::span(&one, 1))[0]);
+  }
+
+  // Every entry's rows in one pass; attention per entry on its own draft cache.
+  std::vector<ForwardResult> draft_batch(Backend& be, std::span<const DraftEntry> entries) override {
     if (!info_.has_draft)
       raise("E_MODEL_NO_DRAFT", Where{"", "mtp.fc.weight", ""}, "an MTP layer in the checkpoint", "none");
-    auto& st = static_cast<Qwen3NextState&>(base);
-    const int64_t T = static_cast<int64_t>(next_ids.size());
-    if (hidden.rows() != T || hidden.cols() != c_.D)
-      raise("E_BACKEND_SHAPE", Where{"", "", "draft hidden"},
-            "[" + std::to_string(T) + ", " + std::to_string(c_.D) + "]", hidden.shape_str());
-    check_room(st.draft_pos, T, st.capacity);
-    std::vector<int64_t> rows(next_ids.begin(), next_ids.end());
-    std::vector<int64_t> pos(T);
-    for (int64_t t = 0; t < T; ++t) pos[t] = st.draft_pos + 1 + t;  // the draft sits one position ahead
+    const DraftRows d =
+        draft_rows(be, entries, c_.D, "qwen3_next draft", [](const SequenceState& s) { return s.capacity; });
+    const int64_t T = d.total;
 
     Tensor e = be.alloc({T, c_.D});
-    be.gather_rows(e, *embed_, rows);
+    be.gather_rows(e, *embed_, d.tok);
     Tensor cat = be.alloc({T, 2 * c_.D}), tmp = be.alloc({T, c_.D});
     be.rms_norm(tmp, e, mtp_norm_e_, c_.eps, NormKind::OnePlus);
     be.put_cols(cat, tmp, 0);  // embedding first
-    be.rms_norm(tmp, hidden, mtp_norm_h_, c_.eps, NormKind::OnePlus);
+    be.rms_norm(tmp, d.hidden, mtp_norm_h_, c_.eps, NormKind::OnePlus);
     be.put_cols(cat, tmp, c_.D);
     Tensor h = be.alloc({T, c_.D});
     be.matmul(h, cat, *mtp_fc_);
@@ -254,30 +254,27 @@ class Qwen3Next final : public BatchedModel {
     Tensor x = be.alloc({T, c_.D}), y = be.alloc({T, c_.D});
     be.rms_norm(x, h, mtp_layer_.in_norm, c_.eps, NormKind::OnePlus);
     // Cache slot j holds draft row j; its RoPE position is j + 1.
-    const KvSlot kv{st.draft_k, st.draft_v, st.draft_pos, &pos, 0, T};
-    attention(be, mtp_layer_, x, y, std::span(&kv, 1));
+    std::vector<KvSlot> kv;
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto& st = static_cast<Qwen3NextState&>(*entries[i].state);
+      kv.push_back({st.draft_k, st.draft_v, d.e[i].p0, &d.e[i].pos, d.e[i].r0, d.e[i].T});
+    }
+    attention(be, mtp_layer_, x, y, kv);
     tp_.all_reduce(be, y, "draft mixer all-reduce");  // cut like the main layers (models.md §2.7)
     be.add(h, h, y);
     be.rms_norm(x, h, mtp_layer_.post_norm, c_.eps, NormKind::OnePlus);
     mlp(be, mtp_layer_, true, x, y);
     tp_.all_reduce(be, y, "draft MoE all-reduce");
     be.add(h, h, y);
-    st.draft_pos += T;
 
-    ForwardResult r;
-    r.hidden = be.alloc({T, c_.D});
-    be.rms_norm(r.hidden, h, mtp_norm_, c_.eps, NormKind::OnePlus);
-    r.logits = tp_.head_logits(be, r.hidden, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
-    return r;
+    Tensor out = be.alloc({T, c_.D});
+    be.rms_norm(out, h, mtp_norm_, c_.eps, NormKind::OnePlus);
+    const Tensor logits =
+        tp_.head_logits(be, out, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
+    return draft_results(entries, d, out, logits);
   }
 
  private:
-  static void check_room(int64_t used, int64_t T, int64_t capacity) {
-    if (used + T > capacity)
-      raise("E_CONTEXT_FULL", Where{"", "", "capacity"}, "at most " + std::to_string(capacity) + " tokens",
-            std::to_string(used + T));
-  }
-
   void declare_layer(std::vector<TensorDecl>& d, const std::string& p, int64_t i, bool optional) const {
     const bool full = i < 0 || c_.attn[i];
     const bool moe = i < 0 || c_.moe[i];

@@ -373,30 +373,32 @@ class Qwen4Exp final : public BatchedModel {
                         [&](const Tensor& l) { return tp_.gather_cols(be, l, "vocabulary all-gather"); });
   }
 
-  ForwardResult draft(Backend& be, SequenceState& base, const Tensor& hidden,
+  ForwardResult draft(Backend& be, SequenceState& state, const Tensor& hidden,
                       std::span<const int32_t> next_ids) override {
-    if (!draft_.present) return Model::draft(be, base, hidden, next_ids);
-    auto& st = static_cast<Qwen4State&>(base);
-    const int64_t T = static_cast<int64_t>(next_ids.size()), p0 = st.draft_pos, D = c_.D, n = c_.n;
-    if (hidden.rows() != T || hidden.cols() != n * D)
-      backend_shape_error("qwen4_exp draft",
-                          "hidden [" + std::to_string(T) + ", " + std::to_string(n * D) + "]",
-                          hidden.shape_str());
-    if (p0 + T > st.draft.K.dim(0))
-      raise("E_CONTEXT_FULL", Where{"", "", "draft tokens"}, "at most " + std::to_string(st.draft.K.dim(0)),
-            std::to_string(p0 + T));
-    std::vector<int64_t> tok(next_ids.begin(), next_ids.end()), pos(T);
-    for (int64_t t = 0; t < T; ++t) pos[t] = p0 + t + 1;  // the draft predicts from position p+1
-    const int64_t ties_before = st.index_ties;
+    const DraftEntry one{&state, hidden, next_ids};
+    return std::move(draft_batch(be, std::span(&one, 1))[0]);
+  }
+
+  // Every entry's rows in one pass; QSA per entry on its own draft cache.
+  std::vector<ForwardResult> draft_batch(Backend& be, std::span<const DraftEntry> entries) override {
+    if (!draft_.present) return Model::draft_batch(be, entries);
+    const int64_t D = c_.D, n = c_.n;
+    const DraftRows d = draft_rows(be, entries, n * D, "qwen4_exp draft", [](const SequenceState& s) {
+      return static_cast<const Qwen4State&>(s).draft.K.dim(0);
+    });
+    const int64_t T = d.total;
+    std::vector<int64_t> ties_before;
+    for (const DraftEntry& en : entries)
+      ties_before.push_back(static_cast<Qwen4State&>(*en.state).index_ties);
 
     // Eb = W_fc_e · RMSNorm1p(E[tok]);  X[s] = W_fc_h · RMSNorm1p(H; over all 4D)[s] + Eb
     Tensor e = be.alloc({T, D});
-    be.gather_rows(e, *embed_, tok);
+    be.gather_rows(e, *embed_, d.tok);
     be.rms_norm(e, e, draft_.norm_e, c_.eps, NormKind::OnePlus);
     Tensor eb = be.alloc({T, D});
     be.matmul(eb, e, *draft_.fc_e);
     Tensor hn = be.alloc({T, n * D});
-    be.rms_norm(hn, hidden, draft_.norm_h, c_.eps, NormKind::OnePlus);
+    be.rms_norm(hn, d.hidden, draft_.norm_h, c_.eps, NormKind::OnePlus);
     Tensor X = be.alloc({T * n, D});
     be.matmul(X, hn.view({T * n, D}), *draft_.fc_h);
     X = X.view({T, n * D});
@@ -407,22 +409,25 @@ class Qwen4Exp final : public BatchedModel {
     const Layer& L = draft_.layer;
     Tensor inj = be.alloc({T, n});
     Tensor u = hc_read(be, L.attn_hc, X, &inj);
-    const QsaSlot slot{&st.draft, &pos, p0, 1, 0, T, &st.index_ties};
-    Tensor y = qsa(be, L.att, u, std::span(&slot, 1));
+    std::vector<QsaSlot> slots;  // the draft predicts from position p+1: cache index i holds position i + 1
+    for (size_t i = 0; i < entries.size(); ++i) {
+      auto& st = static_cast<Qwen4State&>(*entries[i].state);
+      slots.push_back({&st.draft, &d.e[i].pos, d.e[i].p0, 1, d.e[i].r0, d.e[i].T, &st.index_ties});
+    }
+    Tensor y = qsa(be, L.att, u, slots);
     tp_.all_reduce(be, y, "draft mixer all-reduce");  // cut like the main layers (models.md §3.12)
     Tensor xn = hc_inject_norm(be, X, y, inj, L.mlp_hc.norm);
     u = hc_read(be, L.mlp_hc, X, &inj, xn);
     y = moe(be, L.moe, u);
     tp_.all_reduce(be, y, "draft MoE all-reduce");
     xn = hc_inject_norm(be, X, y, inj, draft_.mixer.norm);
-    st.draft_pos += T;
-    report_ties(st, ties_before);
+    for (size_t i = 0; i < entries.size(); ++i)
+      report_ties(static_cast<Qwen4State&>(*entries[i].state), ties_before[i]);
 
-    ForwardResult r;
-    r.hidden = X;
     Tensor h = hc_read(be, draft_.mixer, X, nullptr, xn);
-    r.logits = tp_.head_logits(be, h, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
-    return r;
+    const Tensor logits =
+        tp_.head_logits(be, h, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
+    return draft_results(entries, d, X, logits);
   }
 
  private:

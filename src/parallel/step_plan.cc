@@ -60,6 +60,7 @@ namespace {
 struct FollowerStates {
   ModelStepEngine steps;
   std::map<int64_t, std::unique_ptr<SequenceState>> states;
+  std::map<int64_t, std::unique_ptr<StateCheckpoint>> snapshots;
 
   // Rank 0's drafts: this rank runs the same draft steps, and its choices give way to rank 0's (agree).
   void enable_drafting(Communicator& c, int64_t source, int64_t n_max) {
@@ -132,12 +133,30 @@ void tp_follow(Communicator& c, Engine& engine, bool heartbeats) {
         case kPlanDrafting:
           server.enable_drafting(c, head[1], seqs.at(0));
           break;
-        case kPlanDraft:
-          server.steps.draft(*server.states.at(head[1]), static_cast<int32_t>(seqs.at(0)),
-                             static_cast<int>(seqs.at(1)));
+        case kPlanDraft: {
+          std::vector<DraftJob> jobs(static_cast<size_t>(head[1]));
+          for (size_t i = 0; i < jobs.size(); ++i)
+            jobs[i] = {server.states.at(seqs.at(3 * i)).get(),
+                       static_cast<int32_t>(seqs.at(3 * i + 1)),
+                       static_cast<int>(seqs.at(3 * i + 2)),
+                       {}};
+          server.steps.draft_batch(jobs);
           break;
+        }
         case kPlanCommit:
           server.steps.commit(*server.states.at(head[1]), seqs.at(0));
+          break;
+        case kPlanCopyState:
+          server.steps.copy_state(*server.states.at(seqs.at(0)), *server.states.at(seqs.at(1)));
+          break;
+        case kPlanSnapshot:
+          server.snapshots[head[1]] = server.steps.snapshot(*server.states.at(seqs.at(0)));
+          break;
+        case kPlanRestore:
+          server.steps.restore(*server.states.at(seqs.at(0)), *server.snapshots.at(head[1]));
+          break;
+        case kPlanDropSnapshot:
+          server.snapshots.erase(head[1]);
           break;
         default:
           raise("E_TP_PLAN", Where{"", "", "step plan"}, "a known step kind", std::to_string(head[0]));

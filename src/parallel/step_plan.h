@@ -29,8 +29,13 @@ enum TpPlanKind : int64_t {
   kPlanForward,    // arg: item count; seqs: {state id, token count, flags} per item; ids: every item's
   kPlanHeartbeat,  // a barrier: a dead or hung rank is found while the server is idle
   kPlanDrafting,   // arg: DraftOptions::Source; seqs: {n_max}. Every rank's step engine drafts from now on
-  kPlanDraft,      // arg: the state's id; seqs: {pending token, k}. The draft layer's steps (rank 0 picks)
+  kPlanDraft,      // arg: job count; seqs: {state id, pending token, k} per job. Batched draft passes (rank 0
+                   // picks)
   kPlanCommit,     // arg: the state's id; seqs: {rows kept} after a speculative forward
+  kPlanCopyState,  // seqs: {from state id, to state id} (n > 1 choices sharing one prefill)
+  kPlanSnapshot,   // arg: the snapshot's id; seqs: {state id} (the prompt cache's prompt-end snapshot)
+  kPlanRestore,    // arg: the snapshot's id; seqs: {state id}
+  kPlanDropSnapshot,  // arg: the snapshot's id
 };
 // Every rank's DraftOptions::agree under TP: rank 0's choice of each draft, broadcast to the others.
 DraftOptions tp_draft_options(Communicator& comm, DraftOptions options);

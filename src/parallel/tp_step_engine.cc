@@ -54,12 +54,17 @@ void TpStepEngine::release(std::unique_ptr<SequenceState> state) {
 }
 
 void TpStepEngine::send_released() {
-  std::vector<int64_t> gone;
+  std::vector<int64_t> gone, freed;
   {
     std::lock_guard lk(ids_mu_);
     gone.swap(released_);
   }
+  {
+    std::lock_guard lk(snapshots_->mu);
+    freed.swap(snapshots_->freed);
+  }
   for (int64_t id : gone) send_plan(c_, kPlanDropState, id, {}, {});
+  for (int64_t id : freed) send_plan(c_, kPlanDropSnapshot, id, {}, {});
 }
 
 std::unique_ptr<SequenceState> TpStepEngine::new_state(int64_t capacity) {
@@ -118,14 +123,13 @@ void TpStepEngine::enable_drafting(DraftOptions options) {
 }
 
 template <typename Local>
-void TpStepEngine::on_every_rank(int64_t kind, SequenceState& state, std::span<const int64_t> args,
-                                 Local&& local) {
+void TpStepEngine::on_every_rank(int64_t kind, int64_t arg, std::span<const int64_t> seqs, Local&& local) {
   std::lock_guard lk(mu_);
   if (const std::string f = failure(); !f.empty())
     raise("E_TP_RANK_FAILED", Where{"", "", "--tp"}, "every rank alive", "the group failed: " + f);
   try {
     send_released();
-    send_plan(c_, kind, id_of(&state), args, {});
+    send_plan(c_, kind, arg, seqs, {});
     local();
   } catch (const std::exception& e) {
     if (std::string(e.what()).find("E_TP_") != std::string::npos) fail(e.what());
@@ -134,16 +138,65 @@ void TpStepEngine::on_every_rank(int64_t kind, SequenceState& state, std::span<c
 }
 
 std::vector<int32_t> TpStepEngine::draft(SequenceState& state, int32_t pending, int k) {
-  if (ngram_) return local_.draft(state, pending, k);
-  std::vector<int32_t> out;
-  const int64_t args[2] = {pending, k};
-  on_every_rank(kPlanDraft, state, args, [&] { out = local_.draft(state, pending, k); });
-  return out;
+  DraftJob job{&state, pending, k, {}};
+  draft_batch(std::span(&job, 1));
+  return job.drafts;
+}
+
+void TpStepEngine::draft_batch(std::span<DraftJob> jobs) {
+  if (ngram_) return local_.draft_batch(jobs);
+  std::vector<int64_t> seqs;
+  for (const DraftJob& j : jobs) seqs.insert(seqs.end(), {id_of(j.state), int64_t(j.pending), int64_t(j.k)});
+  on_every_rank(kPlanDraft, int64_t(jobs.size()), seqs, [&] { local_.draft_batch(jobs); });
 }
 
 void TpStepEngine::commit(SequenceState& state, int64_t n) {
   const int64_t args[1] = {n};
-  on_every_rank(kPlanCommit, state, args, [&] { local_.commit(state, n); });
+  on_every_rank(kPlanCommit, id_of(&state), args, [&] { local_.commit(state, n); });
+}
+
+bool TpStepEngine::copy_state(SequenceState& from, SequenceState& to) {
+  const int64_t ids[2] = {id_of(&from), id_of(&to)};
+  on_every_rank(kPlanCopyState, 0, ids, [&] { local_.copy_state(from, to); });
+  return true;
+}
+
+std::unique_ptr<StateCheckpoint> TpStepEngine::snapshot(SequenceState& state) {
+  int64_t id = 0;
+  {
+    std::lock_guard lk(snapshots_->mu);
+    id = snapshots_->next_id++;
+  }
+  std::unique_ptr<StateCheckpoint> cp;
+  const int64_t seq[1] = {id_of(&state)};
+  try {
+    on_every_rank(kPlanSnapshot, id, seq, [&] { cp = local_.snapshot(state); });
+  } catch (...) {
+    std::lock_guard lk(snapshots_->mu);
+    snapshots_->freed.push_back(id);  // the other ranks may hold theirs: freed with the next plan
+    throw;
+  }
+  std::lock_guard lk(snapshots_->mu);
+  snapshots_->ids[cp.get()] = id;
+  cp->on_free = std::shared_ptr<void>(nullptr, [book = snapshots_, key = cp.get(), id](void*) {
+    std::lock_guard lk(book->mu);
+    book->ids.erase(key);
+    book->freed.push_back(id);
+  });
+  return cp;
+}
+
+bool TpStepEngine::restore(SequenceState& state, const StateCheckpoint& snapshot) {
+  int64_t id = 0;
+  {
+    std::lock_guard lk(snapshots_->mu);
+    const auto it = snapshots_->ids.find(&snapshot);
+    if (it == snapshots_->ids.end()) return false;  // not one of this engine's snapshots
+    id = it->second;
+  }
+  const int64_t seq[1] = {id_of(&state)};
+  on_every_rank(kPlanRestore, id, seq, [&] { local_.restore(state, snapshot); });
+  return true;
 }
 
 void TpStepEngine::heartbeat_loop() {

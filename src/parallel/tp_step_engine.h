@@ -37,7 +37,13 @@ class TpStepEngine final : public StepEngine {
   void enable_drafting(DraftOptions options);
   bool drafting() const override { return local_.drafting(); }
   std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) override;
+  void draft_batch(std::span<DraftJob> jobs) override;
   void commit(SequenceState& state, int64_t n) override;
+  // The prompt cache and shared prefills: every rank copies, snapshots and restores its own shard of the
+  // state; a snapshot freed on rank 0 is freed on the others with the next plan.
+  bool copy_state(SequenceState& from, SequenceState& to) override;
+  std::unique_ptr<StateCheckpoint> snapshot(SequenceState& state) override;
+  bool restore(SequenceState& state, const StateCheckpoint& snapshot) override;
 
   // "" while every rank is healthy; else why the group failed (the first collective error).
   std::string failure() const;
@@ -47,9 +53,9 @@ class TpStepEngine final : public StepEngine {
   void send_released();               // under mu_: the states released since the last plan
   int64_t id_of(const SequenceState* s);
   void heartbeat_loop();
-  // Sends one plan about `state` (under mu_), then runs `local` here; a collective's failure fails the group.
+  // Sends one plan (under mu_), then runs `local` here; a collective's failure fails the group.
   template <typename Local>
-  void on_every_rank(int64_t kind, SequenceState& state, std::span<const int64_t> args, Local&& local);
+  void on_every_rank(int64_t kind, int64_t arg, std::span<const int64_t> seqs, Local&& local);
 
   Communicator& c_;
   ModelStepEngine local_;
@@ -66,6 +72,15 @@ class TpStepEngine final : public StepEngine {
   bool stopping_ = false;
   std::thread beat_;
   bool ngram_ = false;  // n-gram drafts: rank 0 proposes alone, no draft plan
+  // Rank 0's snapshots by their plan ids, and the ids of those freed since the last plan. Shared with each
+  // snapshot's on_free, which may run after this engine is gone.
+  struct Snapshots {
+    std::mutex mu;
+    std::map<const StateCheckpoint*, int64_t> ids;
+    std::vector<int64_t> freed;
+    int64_t next_id = 1;
+  };
+  std::shared_ptr<Snapshots> snapshots_ = std::make_shared<Snapshots>();
 };
 
 }  // namespace bloomery

@@ -64,7 +64,7 @@ void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
       draft_feed(model_, backend_, *it.state, r.hidden, it.ids, true);
     }
   }
-  if (!it.want_logits || (it.argmax_only && !it.speculative)) return;  // argmax_only: forward() takes it
+  if (!it.want_logits || it.engine_picks()) return;  // forward() picks its token instead
   std::vector<float> all = backend_.download(r.logits);
   if (it.speculative) {
     it.logits = std::move(all);
@@ -74,10 +74,64 @@ void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
   it.logits.assign(all.end() - v, all.end());  // the last position's row
 }
 
-bool argmax_suffices(const SamplingParams& p) {
-  const bool greedy = p.temperature <= 0.0 || p.top_k == 1;
+namespace {
+
+// Nothing but the token is needed from the row: no penalty, no bias, no reported probability.
+bool token_alone(const SamplingParams& p) {
   const bool penalties = p.repeat_penalty != 1.0 || p.presence_penalty != 0.0 || p.frequency_penalty != 0.0;
-  return greedy && !penalties && p.logit_bias.empty() && p.n_probs == 0 && !p.logprob;
+  return !penalties && p.logit_bias.empty() && p.n_probs == 0 && !p.logprob;
+}
+
+bool greedy(const SamplingParams& p) {
+  return p.temperature <= 0.0 || p.top_k == 1;
+}
+
+}  // namespace
+
+bool argmax_suffices(const SamplingParams& p) {
+  return greedy(p) && token_alone(p);
+}
+
+bool engine_draw_suffices(const SamplingParams& p) {
+  return !greedy(p) && token_alone(p);
+}
+
+void ModelStepEngine::pick(std::span<StepItem* const> items, std::span<const ForwardResult> results) {
+  // Every argmax in one call: each row of a greedy verify and the last row of a greedy decode, in item order.
+  std::vector<Tensor> argmax_rows, draw_rows;
+  std::vector<StepItem*> argmax_of;  // the item each argmax row is for
+  std::vector<Backend::RowDraw> draws;
+  std::vector<StepItem*> drawn;
+  for (size_t i = 0; i < items.size(); ++i) {
+    StepItem& it = *items[i];
+    if (!it.engine_picks()) continue;
+    const Tensor& l = results[i].logits;
+    if (it.argmax_only) {
+      const int64_t first = it.speculative ? 0 : l.rows() - 1;
+      for (int64_t j = first; j < l.rows(); ++j) {
+        argmax_rows.push_back(l.slice(j, 1));
+        argmax_of.push_back(&it);
+      }
+    } else {
+      draw_rows.push_back(l);
+      draws.push_back(*it.draw);
+      drawn.push_back(&it);
+    }
+  }
+  if (!argmax_rows.empty()) {
+    const std::vector<int32_t> ids = backend_.argmax_last_rows(argmax_rows);
+    for (size_t i = 0; i < ids.size(); ++i) {
+      StepItem& it = *argmax_of[i];
+      if (it.speculative)
+        it.verify_argmax.push_back(ids[i]);
+      else
+        it.argmax = ids[i];
+    }
+  }
+  if (!draw_rows.empty()) {
+    const std::vector<int32_t> ids = backend_.draw_last_rows(draw_rows, draws);
+    for (size_t i = 0; i < drawn.size(); ++i) drawn[i]->argmax = ids[i];
+  }
 }
 
 void ModelStepEngine::enable_drafting(DraftOptions options) {
@@ -91,6 +145,17 @@ void ModelStepEngine::enable_drafting(DraftOptions options) {
 std::vector<int32_t> ModelStepEngine::draft(SequenceState& state, int32_t pending, int k) {
   if (!drafting_) return {};
   return draft_propose(model_, backend_, state, pending, k, draft_options_);
+}
+
+void ModelStepEngine::draft_batch(std::span<DraftJob> jobs) {
+  if (!drafting_) {
+    for (DraftJob& j : jobs) j.drafts.clear();
+  } else if (draft_options_.source == DraftOptions::Source::Ngram) {
+    for (DraftJob& j : jobs)
+      j.drafts = draft_propose(model_, backend_, *j.state, j.pending, j.k, draft_options_);
+  } else {
+    draft_propose_batch(model_, backend_, jobs, draft_options_);
+  }
 }
 
 void ModelStepEngine::commit(SequenceState& state, int64_t n) {
@@ -137,18 +202,8 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
   try {
     std::vector<ForwardResult> r = forward_step(model_, backend_, batch);
     for (size_t i = 0; i < owners.size(); ++i) after_forward(r[i], *owners[i]);
-    // Greedy decodes: the argmax of every such row in one pass (one launch and one small copy on the card).
-    std::vector<Tensor> rows;
-    std::vector<StepItem*> greedy;
-    for (size_t i = 0; i < owners.size(); ++i)
-      if (owners[i]->want_logits && owners[i]->argmax_only && !owners[i]->speculative) {
-        rows.push_back(r[i].logits);
-        greedy.push_back(owners[i]);
-      }
-    if (!rows.empty()) {
-      const std::vector<int32_t> ids = backend_.argmax_last_rows(rows);
-      for (size_t i = 0; i < greedy.size(); ++i) greedy[i]->argmax = ids[i];
-    }
+    // Greedy and drawn decodes: one pass each over their rows (one launch and one small copy on the card).
+    pick(owners, r);
     return;
   } catch (const Error& ex) {
     // A refusal of the batch as a whole comes before any state changed: run the entries one by one so that
@@ -164,8 +219,7 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
       try {
         ForwardResult one = std::move(model_.forward_batch(backend_, std::span(&batch[i], 1))[0]);
         after_forward(one, *owners[i]);
-        if (owners[i]->want_logits && owners[i]->argmax_only && !owners[i]->speculative)
-          owners[i]->argmax = backend_.argmax_last_rows(std::span(&one.logits, 1))[0];
+        pick(std::span(&owners[i], 1), std::span(&one, 1));
       } catch (const std::exception& e) {
         owners[i]->error = e.what();
       }
@@ -465,17 +519,28 @@ void Scheduler::step() {
   std::vector<StepItem> items;
   std::vector<Slot*> owners;
   int64_t prompt_tokens = 0, decode_tokens = 0;
+  // The drafting slots propose their drafts now, all in one batch (the draft layer's weights read once a
+  // draft step for all of them), and verify them with their pending tokens in this pass.
+  std::vector<DraftJob> jobs;
+  std::vector<Slot*> drafting;
+  for (auto& s : slots_)
+    if (s->busy && !s->prompting())
+      if (const int k = draft_width(*s); k > 0) {
+        jobs.push_back({s->state.get(), s->last, k, {}});
+        drafting.push_back(s.get());
+      }
+  if (!jobs.empty()) {
+    try {
+      engine_.draft_batch(jobs);
+    } catch (const std::exception& e) {
+      for (Slot* s : drafting) finish(*s, StopReason::Error, e.what());
+    }
+  }
   for (auto& s : slots_) {
     if (!s->busy || s->prompting()) continue;
-    // A drafting slot proposes its drafts now and verifies them with its pending token in this pass.
     std::vector<int32_t> drafts;
-    if (const int k = draft_width(*s); k > 0) {
-      try {
-        drafts = engine_.draft(*s->state, s->last, k);
-      } catch (const std::exception& e) {
-        finish(*s, StopReason::Error, e.what());
-        continue;
-      }
+    if (auto d = std::find(drafting.begin(), drafting.end(), s.get()); d != drafting.end()) {
+      drafts = std::move(jobs[static_cast<size_t>(d - drafting.begin())].drafts);
       if (static_cast<int>(drafts.size()) < config_.spec.n_min) drafts.clear();
     }
     s->feed.assign(1, s->last);
@@ -485,7 +550,12 @@ void Scheduler::step() {
     it.ids = s->feed;
     it.want_logits = true;
     it.speculative = !drafts.empty();
-    it.argmax_only = !it.speculative && !s->req.constrain && argmax_suffices(s->req.sampling);
+    it.argmax_only = !s->req.constrain && argmax_suffices(s->req.sampling);
+    const SamplingParams& sp = s->req.sampling;
+    if (!it.speculative && !s->req.constrain && engine_.draws_rows() && engine_draw_suffices(sp))
+      it.draw =
+          Backend::RowDraw{static_cast<float>(sp.temperature), sp.top_k, static_cast<float>(sp.top_p),
+                           static_cast<float>(sp.min_p),       sp.seed,  static_cast<uint64_t>(s->n_decoded)};
     items.push_back(std::move(it));
     owners.push_back(s.get());
     decode_tokens += static_cast<int64_t>(s->feed.size());
@@ -676,7 +746,9 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
       row = masked;
     }
     SampledToken tok;
-    if (it.logits.empty() && it.argmax >= 0)  // the engine's argmax: what the sampler would draw here
+    if (it.speculative && !it.verify_argmax.empty())  // the engine's argmax of the row: the greedy draw
+      tok.id = it.verify_argmax.at(static_cast<size_t>(j));
+    else if (it.logits.empty() && it.argmax >= 0)  // the engine's pick: what the sampler would draw here
       tok.id = it.argmax;
     else
       tok = sample_(row, sp, std::span<const int32_t>(s.recent).last(look), s.rng);

@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <span>
 #include <string>
@@ -28,11 +29,20 @@ struct StepItem {
   std::span<const int32_t> ids;  // a prompt chunk (≤ ubatch) or the one token being decoded
   bool want_logits = false;      // the chunk ends the prompt, or a decode token: logits of the last position
   bool speculative = false;  // an MTP verify ([pending, drafts…]): logits of every row, commit() follows
-  bool argmax_only = false;  // a greedy decode (argmax_suffices): the engine may return `argmax` alone
+  bool argmax_only =
+      false;  // a greedy decode or verify (argmax_suffices): the engine may return the argmax alone
+  // A sampled decode the engine draws itself (engine_draw_suffices, StepEngine::draws_rows): its cuts, seed
+  // and step. The engine returns the drawn id in `argmax` instead of the row.
+  std::optional<Backend::RowDraw> draw;
   std::vector<float>
       logits;           // out: [vocab] when want_logits ([rows · vocab] when speculative), or empty with
-  int32_t argmax = -1;  //      argmax_only, when the engine gave the last row's argmax instead
-  std::string error;    // out: non-empty when this sequence's forward failed (the others go on)
+  int32_t argmax = -1;  //      argmax_only or draw, when the engine gave the last row's pick instead
+  std::vector<int32_t>
+      verify_argmax;  // out: a greedy verify's (argmax_only and speculative) argmax of each row
+  std::string error;  // out: non-empty when this sequence's forward failed (the others go on)
+  // The engine picks this item's tokens (argmax of its last row, of every verify row, or a draw) and returns
+  // no row. A draw is never asked of a verify.
+  bool engine_picks() const { return want_logits && (argmax_only || (draw && !speculative)); }
 };
 
 // What the scheduler needs from the engine. One call per scheduler step with every active sequence.
@@ -48,7 +58,13 @@ class StepEngine {
   // Drafting (MTP): whether this engine drafts, up to k drafts after `pending` (the token the next forward
   // feeds first), and after a speculative forward the number of its rows to keep (1 … rows).
   virtual bool drafting() const { return false; }
+  // Whether the engine draws sampled decode rows itself (StepItem::draw): on the card only ids come back.
+  virtual bool draws_rows() const { return false; }
   virtual std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) { return {}; }
+  // Several sequences' drafts at once (each job's as draft() gives it alone). Default: draft() for each.
+  virtual void draft_batch(std::span<DraftJob> jobs) {
+    for (DraftJob& j : jobs) j.drafts = draft(*j.state, j.pending, j.k);
+  }
   virtual void commit(SequenceState& state, int64_t n) {}
   // Makes `to` (a fresh state) the same sequence as `from` (Model::copy_state); false when this engine
   // cannot, and each sequence then reads its own prompt.
@@ -78,7 +94,10 @@ class ModelStepEngine : public StepEngine {
   // Throws E_SPEC_NO_DRAFT when the model has none.
   void enable_drafting(DraftOptions options);
   bool drafting() const override { return drafting_; }
+  bool draws_rows() const override { return backend_.draws_rows(); }
   std::vector<int32_t> draft(SequenceState& state, int32_t pending, int k) override;
+  // MTP drafts of every job in batched draft passes (draft_propose_batch); n-gram drafts one by one.
+  void draft_batch(std::span<DraftJob> jobs) override;
   void commit(SequenceState& state, int64_t n) override;
   bool copy_state(SequenceState& from, SequenceState& to) override;
   std::unique_ptr<StateCheckpoint> snapshot(SequenceState& state) override;
@@ -86,6 +105,9 @@ class ModelStepEngine : public StepEngine {
 
  private:
   void after_forward(const ForwardResult& r, StepItem& it);
+  // The engine's picks (StepItem::engine_picks) of these items from their logits: every argmax in one call,
+  // every draw in one call.
+  void pick(std::span<StepItem* const> items, std::span<const ForwardResult> results);
   Model& model_;
   Backend& backend_;
   bool drafting_ = false;
@@ -111,6 +133,10 @@ struct SamplingParams {
 // that needs the row itself: no bias, no penalty, no reported probability. Such a decode step takes the
 // engine's argmax (on the card) instead of the row of logits.
 bool argmax_suffices(const SamplingParams& p);
+// True when a sampled (temperature > 0) decode needs nothing but the draw: no penalty, no bias, no reported
+// probability. Such a step is drawn by the engine (StepEngine::draws_rows) from the request's seed and the
+// step's index, instead of bringing the row back to the host sampler.
+bool engine_draw_suffices(const SamplingParams& p);
 
 struct TokenProb {
   int32_t id = 0;

@@ -32,13 +32,20 @@ int64_t queued(const SequenceState& st) {
   return n;
 }
 
-// Runs the draft layer over the first n queued rows (their next tokens known) and drops them from the queue.
-ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n) {
+// The draft layer's input for the first n queued rows (their next tokens known), its cache rewound to them.
+struct CatchUp {
+  Tensor hidden;
+  std::vector<int32_t> next;
+};
+CatchUp begin_catch_up(Backend& be, SequenceState& st, int64_t n) {
   const int64_t R = queued(st);
-  Tensor h = queued_rows(be, st, n);
+  CatchUp c{queued_rows(be, st, n), std::vector<int32_t>(st.draft_next.begin(), st.draft_next.begin() + n)};
   st.draft_pos = st.pos - R;
-  const std::vector<int32_t> next(st.draft_next.begin(), st.draft_next.begin() + n);
-  ForwardResult r = model.draft(be, st, h, next);
+  return c;
+}
+
+// Drops the first n queued rows, which the draft layer has now run over.
+void end_catch_up(SequenceState& st, int64_t n) {
   // Keep the rows past n (at most the last one, whose next token is still unknown).
   std::vector<Tensor> rest;
   int64_t skip = n;
@@ -52,7 +59,31 @@ ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n) 
   }
   st.draft_rows = std::move(rest);
   st.draft_next.erase(st.draft_next.begin(), st.draft_next.begin() + n);
+}
+
+// Runs the draft layer over the first n queued rows and drops them from the queue.
+ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n) {
+  CatchUp c = begin_catch_up(be, st, n);
+  ForwardResult r = model.draft(be, st, c.hidden, c.next);
+  end_catch_up(st, n);
   return r;
+}
+
+// The next draft of a sequence from its last draft row (-1: it stops): the argmax (`id`, picked where the
+// logits live) unless p_min asks for the row; the test hook; then the group's choice under TP.
+int32_t choose(Backend& be, const Tensor& logits, int32_t id, int64_t pos, int j, const DraftOptions& opt) {
+  int32_t d = id;
+  if (opt.p_min > 0.0f) {
+    // The draft's own confidence: its softmax probability of d (needs the row).
+    std::vector<float> row = be.download(logits.slice(logits.rows() - 1, 1));
+    d = argmax(row);
+    double z = 0.0;
+    for (float v : row) z += std::exp(static_cast<double>(v - row[d]));
+    if (1.0 / z < opt.p_min) d = -1;
+  }
+  if (d >= 0 && opt.hook) d = opt.hook(pos, j, d);
+  if (opt.agree) d = opt.agree(d);
+  return d;
 }
 
 }  // namespace
@@ -83,31 +114,56 @@ std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st,
         out[j] = opt.hook(st.pos + 1 + static_cast<int64_t>(j), static_cast<int>(j), out[j]);
     return out;
   }
-  if (k <= 0 || st.draft_rows.empty()) return out;
-  st.draft_next.push_back(pending);
-  ForwardResult r = catch_up(model, be, st, static_cast<int64_t>(st.draft_next.size()));
-  for (int j = 0; j < k; ++j) {
-    const int64_t T = r.logits.rows();
-    int32_t d = -1;
-    if (opt.p_min > 0.0f) {
-      // The draft's own confidence: its softmax probability of d (needs the row).
-      std::vector<float> row = be.download(r.logits.slice(T - 1, 1));
-      d = argmax(row);
-      double z = 0.0;
-      for (float v : row) z += std::exp(static_cast<double>(v - row[d]));
-      if (1.0 / z < opt.p_min) d = -1;
-    } else {
-      d = be.argmax_last_rows(std::span(&r.logits, 1))[0];  // on the card only the id comes back
-    }
-    if (d >= 0 && opt.hook) d = opt.hook(st.pos + 1 + j, j, d);
-    if (opt.agree) d = opt.agree(d);
-    if (d < 0) break;
-    out.push_back(d);
-    if (j + 1 == k) break;
-    const int32_t id = d;
-    r = model.draft(be, st, r.hidden.slice(T - 1, 1), std::span(&id, 1));
+  DraftJob job{&st, pending, k, {}};
+  draft_propose_batch(model, be, std::span(&job, 1), opt);
+  return job.drafts;
+}
+
+void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, const DraftOptions& opt) {
+  // Each job's catch-up over its queue ending in its pending token, all in one pass.
+  std::vector<DraftJob*> live;
+  std::vector<CatchUp> ups;
+  for (DraftJob& job : jobs) {
+    job.drafts.clear();
+    if (job.k <= 0 || job.state->draft_rows.empty()) continue;
+    job.state->draft_next.push_back(job.pending);
+    ups.push_back(begin_catch_up(be, *job.state, static_cast<int64_t>(job.state->draft_next.size())));
+    live.push_back(&job);
   }
-  return out;
+  if (live.empty()) return;
+  std::vector<Model::DraftEntry> entries;
+  for (size_t i = 0; i < live.size(); ++i) entries.push_back({live[i]->state, ups[i].hidden, ups[i].next});
+  std::vector<ForwardResult> r = model.draft_batch(be, entries);
+  for (size_t i = 0; i < live.size(); ++i)
+    end_catch_up(*live[i]->state, static_cast<int64_t>(ups[i].next.size()));
+  // Then one draft step a pass for every sequence still drafting, its picks in one call.
+  for (int j = 0; !live.empty(); ++j) {
+    std::vector<int32_t> ids(live.size(), -1);
+    if (opt.p_min <= 0.0f) {
+      std::vector<Tensor> rows;
+      for (const ForwardResult& f : r) rows.push_back(f.logits);
+      ids = be.argmax_last_rows(rows);  // on the card only the ids come back
+    }
+    std::vector<DraftJob*> next_live;
+    std::vector<int32_t> next_ids;
+    std::vector<Tensor> next_hidden;
+    for (size_t i = 0; i < live.size(); ++i) {
+      DraftJob& job = *live[i];
+      const int32_t d = choose(be, r[i].logits, ids[i], job.state->pos + 1 + j, j, opt);
+      if (d < 0) continue;
+      job.drafts.push_back(d);
+      if (j + 1 == job.k) continue;
+      next_live.push_back(&job);
+      next_ids.push_back(d);
+      next_hidden.push_back(r[i].hidden.slice(r[i].hidden.rows() - 1, 1));
+    }
+    live = std::move(next_live);
+    if (live.empty()) break;
+    entries.clear();
+    for (size_t i = 0; i < live.size(); ++i)
+      entries.push_back({live[i]->state, next_hidden[i], std::span(&next_ids[i], 1)});
+    r = model.draft_batch(be, entries);
+  }
 }
 
 std::vector<int32_t> ngram_propose(std::span<const int32_t> ctx, int k, int ngram_max, int ngram_min) {

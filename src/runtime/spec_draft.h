@@ -48,6 +48,18 @@ void draft_catch_up(Model& model, Backend& be, SequenceState& st);
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,
                                    const DraftOptions& opt);
 
+// Several sequences' proposals at once (one per job, as draft_propose gives each alone): the catch-ups of all
+// in one Model::draft_batch pass, then each further draft step of every sequence still drafting in one pass,
+// and each step's picks in one call, so the draft layer's weights are read once per step for all of them.
+// Under TP, DraftOptions::agree is called job by job in order at every step, the same on every rank.
+struct DraftJob {
+  SequenceState* state = nullptr;
+  int32_t pending = 0;
+  int k = 0;
+  std::vector<int32_t> drafts;  // out
+};
+void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, const DraftOptions& opt);
+
 // N-gram lookup: the tokens that followed the latest earlier occurrence of the context's last n tokens
 // (n from ngram_max down to ngram_min, the longest match wins), at most k of them. `context` ends with the
 // pending token.

@@ -219,8 +219,9 @@ test('n > 1 and several prompts in one /v1/completions request', async () => {
   assert.equal(c.choices[2].text, again.choices[0].text);
 });
 
-test('n > 1 choices share one prefill: the prompt is read once, each choice is its own seed\'s sample', async () => {
-  const s = await startServer({ args: ['-np', '3', '-c', '1024', '--metrics'] });
+for (const tp of [[], ['--tp', '2']]) test(`n > 1 choices share one prefill: the prompt is read once, each choice is its own seed's sample ${tp.join(' ')}`, async () => {
+  // Under --tp every rank copies its own shard of the leader's state (a step plan).
+  const s = await startServer({ args: ['-np', '3', '-c', '1024', '--metrics', ...tp] });
   try {
     const prompt = 'The quick brown fox jumps over the lazy dog, and then';
     const tokensRead = async () => metric((await getJson(`${s.url}/metrics`)).body, 'llamacpp:prompt_tokens_total');

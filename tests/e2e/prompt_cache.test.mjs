@@ -1,7 +1,7 @@
 // The prompt cache through the server (--cache-prompt, on by default): the next turn of a conversation, given
 // as token ids to /completion, reads only what follows the kept history (or, when it leaves the last answer,
 // what follows the last prompt's snapshot), answers as a full read does, and reports what it took in
-// timings.cache_n and prompt_n; "cache_prompt": false and --no-cache-prompt read it all.
+// timings.cache_n and prompt_n; "cache_prompt": false and --no-cache-prompt read it all. The same with --tp 2.
 import { test, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { startServer, postJson } from './harness.mjs';
@@ -18,8 +18,9 @@ async function complete(server, prompt, extra = {}) {
   return r.body;
 }
 
-test('the next turn reads only its new tokens and answers as a full read does', async () => {
-  const server = await startServer({ args: ['-np', '1', '-c', '512'] });
+for (const tp of [[], ['--tp', '2']]) test(`the next turn reads only its new tokens and answers as a full read does ${tp.join(' ')}`, async () => {
+  // Under --tp every rank keeps, snapshots and restores its own shard of the state (step plans).
+  const server = await startServer({ args: ['-np', '1', '-c', '512', ...tp] });
   servers.push(server);
   const a = await complete(server, first);
   assert.equal(a.tokens.length, 6);

@@ -12,6 +12,7 @@
 //    form (equal algebraically, the triangular solve amplifies rounding): 2e-3.
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "backend/cuda/attention/decode_attention.h"
 #include "backend/cuda/attention/flash_attention.h"
@@ -432,6 +433,36 @@ TEST_F(CudaOps, Sampling) {
     EXPECT_NEAR(zeros, mean, 5 * sd + 1) << "token 0 reweighed by the temperature after the cut (top_p "
                                          << cut.top_p << ", min_p " << cut.min_p << ")";
   }
+}
+
+// The serving path's draws (Backend::draw_last_rows: one launch per row with each sequence's cuts, seed and
+// step, one copy back) are the sampler's own draws of each row alone, so they follow the same tested cuts and
+// depend only on (seed, step): the same again for the same pair, another draw for another step.
+TEST_F(CudaOps, DrawLastRowsAreTheSamplersDrawsRowByRow) {
+  const int64_t V = 151936;
+  auto logits = randn(3 * V, 3.0f);
+  Tensor lg = gpu_->upload(logits, {3, V});
+  // Each sequence's logits as a step leaves them: the last row of its own tensor.
+  std::vector<Tensor> seqs = {lg.slice(0, 1), lg.slice(0, 2), lg.slice(0, 3)};
+  const std::vector<Backend::RowDraw> draws = {
+      {0.8f, 40, 0.95f, 0.05f, 1234, 7}, {1.0f, 0, 1.0f, 0.0f, 99, 1}, {0.3f, 5, 0.5f, 0.1f, 5, 123}};
+  ASSERT_TRUE(gpu_->draws_rows());
+  const std::vector<int32_t> got = gpu_->draw_last_rows(seqs, draws);
+  ASSERT_EQ(got.size(), 3u);
+  for (int r = 0; r < 3; ++r) {
+    const Backend::RowDraw& d = draws[r];
+    const cuda::SampleParams p{d.temperature, d.top_k, d.top_p, d.min_p, d.seed, d.step};
+    EXPECT_EQ(got[r], gpu_->sample(lg.slice(r, 1), p)[0]) << "row " << r;
+  }
+  EXPECT_EQ(gpu_->draw_last_rows(seqs, draws), got) << "same seeds and steps, same ids";
+  // Another step draws again: over 64 steps of the flat-cut row 1 (temperature 1, no cuts) the ids vary.
+  std::set<int32_t> seen;
+  for (uint64_t step = 0; step < 64; ++step) {
+    Backend::RowDraw d = draws[1];
+    d.step = step;
+    seen.insert(gpu_->draw_last_rows(std::span(&seqs[1], 1), std::span(&d, 1))[0]);
+  }
+  EXPECT_GT(seen.size(), 8u);
 }
 
 // Timings of the decode-path small ops at real shapes (not pass/fail; for the report and later tuning).

@@ -176,6 +176,10 @@ class CudaBackend final : public Backend {
   std::vector<int32_t> sample(const Tensor& logits, const SampleParams& p);
   // The rows gathered into one [C, V] block, one greedy sample launch, C ids copied back.
   std::vector<int32_t> argmax_last_rows(std::span<const Tensor> logits) override;
+  // BLOOMERY_CUDA_DRAWS=0: sampled rows go back to the host sampler (the serving path before the card drew).
+  bool draws_rows() const override { return draws_rows_; }
+  std::vector<int32_t> draw_last_rows(std::span<const Tensor> logits,
+                                      std::span<const RowDraw> draws) override;
 
  private:
   // Copies a host array into this call's scratch region `slot` (0..3) and returns the device pointer.
@@ -212,6 +216,7 @@ class CudaBackend final : public Backend {
   // C=4 141.7 -> 149.9, every round). BLOOMERY_CUDA_GEMV_GROUP=0: one matmul_epilogue each.
   bool group_products_ = !env_is("BLOOMERY_CUDA_GEMV_GROUP", "0");
   bool block_ops_ = !env_is("BLOOMERY_CUDA_BLOCK_OPS", "0");
+  bool draws_rows_ = !env_is("BLOOMERY_CUDA_DRAWS", "0");
   int* graph_ties_ = nullptr;  // device counter (graph mode)
   bool graph_ties_used_ = false;
   int graph_ties_seen_ = 0;

@@ -248,4 +248,32 @@ std::vector<int32_t> CudaBackend::argmax_last_rows(std::span<const Tensor> logit
   return sample(all, greedy);
 }
 
+// One launch of the card's sampler per row (each sequence has its own cuts, seed and step), into one id
+// buffer, then one copy back: V floats of scratch per row.
+std::vector<int32_t> CudaBackend::draw_last_rows(std::span<const Tensor> logits,
+                                                 std::span<const RowDraw> draws) {
+  BLOOMERY_NEED(logits.size() == draws.size(), "draw_last_rows", "one draw per tensor of logits",
+                std::to_string(draws.size()) + " for " + std::to_string(logits.size()));
+  if (logits.empty()) return {};
+  const int64_t R = static_cast<int64_t>(logits.size()), V = logits[0].cols();
+  graphs_.not_capturable("sample");
+  float* scratch = static_cast<float*>(scratch_[2].get(static_cast<size_t>(R * V + R) * 4 + 64));
+  auto* d_ids = reinterpret_cast<int32_t*>(scratch + R * V);
+  for (int64_t i = 0; i < R; ++i) {
+    const Tensor& t = logits[static_cast<size_t>(i)];
+    BLOOMERY_NEED(t.cols() == V && t.type() == ElemType::F32, "draw_last_rows", "f32 rows of one vocabulary",
+                  t.shape_str() + " after " + logits[0].shape_str());
+    const RowDraw& d = draws[static_cast<size_t>(i)];
+    BLOOMERY_NEED(d.temperature > 0.0f, "draw_last_rows", "a temperature above 0 (greedy: argmax_last_rows)",
+                  std::to_string(d.temperature));
+    const SampleParams p{d.temperature, d.top_k, d.top_p, d.min_p, d.seed, d.step};
+    const Tensor row = t.view({t.rows(), V}).slice(t.rows() - 1, 1);
+    cuda::sample(d_ids + i, row.f32(), 1, V, p, scratch + i * V, stream_);
+  }
+  std::vector<int32_t> out(static_cast<size_t>(R));
+  BLOOMERY_CUDA_CHECK(cudaMemcpy(out.data(), d_ids, out.size() * 4, cudaMemcpyDeviceToHost),
+                      "draw ids [" + std::to_string(R) + "]");
+  return out;
+}
+
 }  // namespace bloomery::cuda

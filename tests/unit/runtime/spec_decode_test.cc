@@ -330,6 +330,44 @@ TEST_P(SpecDecode, CopiedStateGoesOnLikeTheOriginal) {
   EXPECT_THROW(model().copy_state(be(), *a, *d), Error);
 }
 
+// Drafts of several sequences in one batch (StepEngine::draft_batch: the catch-ups in one draft pass, then
+// one pass a draft step): each sequence's drafts and its whole state (draft cache and queue included) are
+// those of drafting it alone, round after round of verifies and commits with queues of different lengths.
+TEST_P(SpecDecode, BatchedDraftsEqualEachSequenceAlone) {
+  const int64_t V = model().info().vocab_size;
+  ModelStepEngine e(model(), be());
+  e.enable_drafting({});
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;
+  std::vector<int32_t> pending;
+  for (int i = 0; i < 3; ++i) {
+    const auto prompt = tokens(V, 9 + 7 * i, 20 + i);
+    for (auto* set : {&batched, &alone}) {
+      set->push_back(e.new_state(128));
+      feed_one(e, *set->back(), {prompt.begin(), prompt.end() - 1}, false);
+    }
+    pending.push_back(prompt.back());
+  }
+  for (int round = 0; round < 4; ++round) {
+    std::vector<DraftJob> jobs;
+    for (int i = 0; i < 3; ++i) jobs.push_back({batched[i].get(), pending[i], 1 + (i + round) % 3, {}});
+    e.draft_batch(jobs);
+    for (int i = 0; i < 3; ++i) {
+      const std::string what = "round " + std::to_string(round) + ", sequence " + std::to_string(i);
+      const std::vector<int32_t> want = e.draft(*alone[i], pending[i], jobs[i].k);
+      ASSERT_EQ(jobs[i].drafts, want) << what;
+      expect_same_state(model(), be(), *batched[i], *alone[i], what, true);
+      // Verify the drafts, keep a varying share of the rows, and feed the next pending token.
+      std::vector<int32_t> rows{pending[i]};
+      rows.insert(rows.end(), want.begin(), want.end());
+      for (auto* set : {&batched, &alone}) {
+        feed_one(e, *(*set)[i], rows, true);
+        e.commit(*(*set)[i], 1 + static_cast<int64_t>(mix(round, i) % rows.size()));
+      }
+      pending[i] = static_cast<int32_t>(mix(round, 100 + i) % V);
+    }
+  }
+}
+
 TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
   const int64_t V = model().info().vocab_size;
   const auto prompt = tokens(V, 40, 3);

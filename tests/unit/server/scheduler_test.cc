@@ -272,6 +272,105 @@ TEST(Scheduler, PreparesTheConstraintWhileTheForwardRuns) {
   }
 }
 
+// What makes the sampler need a decode's row itself: a penalty, a bias, reported probabilities.
+std::vector<std::function<void(SamplingParams&)>> needs_the_row() {
+  return {[](SamplingParams& p) { p.repeat_penalty = 1.1; },
+          [](SamplingParams& p) { p.presence_penalty = 0.5; },
+          [](SamplingParams& p) { p.frequency_penalty = 0.5; },
+          [](SamplingParams& p) {
+            p.logit_bias = {{3, 1.0f}};
+          },
+          [](SamplingParams& p) { p.n_probs = 2; },
+          [](SamplingParams& p) { p.logprob = true; }};
+}
+
+// A sampled decode with nothing that needs its row (engine_draw_suffices) is drawn by an engine that draws
+// rows (on the card only the id comes back): its cuts, the request's seed and the step's index go with it,
+// and the engine's id is the token. Penalties, a bias, reported probabilities, a grammar or greedy keep the
+// host's way; an engine that does not draw gets rows as before.
+TEST(Scheduler, SampledDecodesAreDrawnByAnEngineThatDrawsRows) {
+  struct DrawEngine : ScriptEngine {
+    bool draws = true;
+    std::mutex m;
+    std::vector<Backend::RowDraw> got;
+    bool draws_rows() const override { return draws; }
+    void forward(std::span<StepItem> items) override {
+      ScriptEngine::forward(items);
+      for (auto& it : items) {
+        if (!it.draw) continue;
+        EXPECT_TRUE(it.engine_picks());
+        EXPECT_FALSE(it.argmax_only);
+        {
+          std::lock_guard lk(m);
+          got.push_back(*it.draw);
+        }
+        it.argmax = static_cast<int32_t>(40 + it.draw->step);  // not what the host would draw
+        it.logits.clear();
+      }
+    }
+  };
+  SamplingParams p;
+  p.temperature = 0.7;
+  p.top_k = 20;
+  p.top_p = 0.9;
+  p.min_p = 0.1;
+  p.seed = 1234;
+  EXPECT_TRUE(engine_draw_suffices(p));
+  EXPECT_FALSE(engine_draw_suffices(greedy()));
+  auto changes = needs_the_row();
+  changes.push_back([](SamplingParams& q) { q.top_k = 1; });  // greedy
+  for (const auto& change : changes) {
+    SamplingParams q = p;
+    change(q);
+    EXPECT_FALSE(engine_draw_suffices(q));
+  }
+  auto submit = [](Scheduler& s, const SamplingParams& sp,
+                   std::function<void(std::vector<float>&)> constrain) {
+    auto prom = std::make_shared<std::promise<std::vector<int32_t>>>();
+    auto toks = std::make_shared<std::vector<int32_t>>();
+    GenRequest r;
+    r.prompt = {3, 4, 5};
+    r.n_predict = 4;
+    r.sampling = sp;
+    r.constrain = std::move(constrain);
+    r.on_token = [toks](const SampledToken& t) {
+      toks->push_back(t.id);
+      return true;
+    };
+    r.on_finish = [prom, toks](const FinishInfo&) { prom->set_value(*toks); };
+    s.submit(std::move(r));
+    return prom->get_future().get();
+  };
+  {
+    DrawEngine e;
+    Scheduler s(e, {1, 64, 16, 8}, server::sample_token);
+    // The first token comes from the prompt's row (the host's draw of a one-hot row: 6), the 3 decodes are
+    // the engine's draws at steps 1, 2, 3.
+    EXPECT_EQ(submit(s, p, nullptr), (std::vector<int32_t>{6, 41, 42, 43}));
+    ASSERT_EQ(e.got.size(), 3u);
+    for (size_t i = 0; i < e.got.size(); ++i) {
+      const Backend::RowDraw& d = e.got[i];
+      EXPECT_EQ(d.step, i + 1);
+      EXPECT_EQ(d.seed, 1234u);
+      EXPECT_FLOAT_EQ(d.temperature, 0.7f);
+      EXPECT_EQ(d.top_k, 20);
+      EXPECT_FLOAT_EQ(d.top_p, 0.9f);
+      EXPECT_FLOAT_EQ(d.min_p, 0.1f);
+    }
+    // A penalty or a grammar: rows come back and the host samples them (the one-hot rows give 6, 7, 8, 9).
+    SamplingParams pen = p;
+    pen.repeat_penalty = 1.1;
+    EXPECT_EQ(submit(s, pen, nullptr), (std::vector<int32_t>{6, 7, 8, 9}));
+    EXPECT_EQ(submit(s, p, [](std::vector<float>&) {}), (std::vector<int32_t>{6, 7, 8, 9}));
+    EXPECT_EQ(e.got.size(), 3u);
+  }
+  DrawEngine off;
+  off.draws = false;
+  Scheduler s(off, {1, 64, 16, 8}, server::sample_token);
+  EXPECT_EQ(submit(s, p, nullptr), (std::vector<int32_t>{6, 7, 8, 9}));
+  EXPECT_TRUE(off.got.empty());
+}
+
 // A greedy decode with nothing that needs its row (argmax_suffices) asks the engine for the argmax alone; the
 // engine's id is taken as the token. Penalties, a bias, reported probabilities or sampling keep the row.
 TEST(Scheduler, GreedyDecodesTakeTheEnginesArgmax) {
@@ -290,15 +389,9 @@ TEST(Scheduler, GreedyDecodesTakeTheEnginesArgmax) {
   };
   SamplingParams g = greedy();
   EXPECT_TRUE(argmax_suffices(g));
-  for (auto change : std::vector<std::function<void(SamplingParams&)>>{
-           [](SamplingParams& p) { p.repeat_penalty = 1.1; },
-           [](SamplingParams& p) { p.presence_penalty = 0.5; },
-           [](SamplingParams& p) { p.frequency_penalty = 0.5; },
-           [](SamplingParams& p) {
-             p.logit_bias = {{3, 1.0f}};
-           },
-           [](SamplingParams& p) { p.n_probs = 2; }, [](SamplingParams& p) { p.logprob = true; },
-           [](SamplingParams& p) { p.temperature = 0.8; }}) {
+  auto changes = needs_the_row();
+  changes.push_back([](SamplingParams& p) { p.temperature = 0.8; });  // sampled
+  for (const auto& change : changes) {
     SamplingParams p = greedy();
     change(p);
     EXPECT_FALSE(argmax_suffices(p));
