@@ -552,7 +552,7 @@ void Scheduler::step() {
     it.speculative = !drafts.empty();
     it.argmax_only = !s->req.constrain && argmax_suffices(s->req.sampling);
     const SamplingParams& sp = s->req.sampling;
-    if (!it.speculative && !s->req.constrain && engine_.draws_rows() && engine_draw_suffices(sp))
+    if (!drafts_configured() && !s->req.constrain && engine_.draws_rows() && engine_draw_suffices(sp))
       it.draw =
           Backend::RowDraw{static_cast<float>(sp.temperature), sp.top_k, static_cast<float>(sp.top_p),
                            static_cast<float>(sp.min_p),       sp.seed,  static_cast<uint64_t>(s->n_decoded)};
@@ -669,8 +669,12 @@ void Scheduler::step() {
 
 // How many drafts the slot verifies this step: never more than the request may still emit (a round emits up
 // to k + 1) or the state can hold (k + 1 rows).
+bool Scheduler::drafts_configured() const {
+  return config_.spec.n_max > 0 && engine_.drafting();
+}
+
 int Scheduler::draft_width(Slot& s) const {
-  if (config_.spec.n_max <= 0 || !engine_.drafting()) return 0;
+  if (!drafts_configured()) return 0;
   int64_t k = std::min(config_.spec.n_max, kMaxDrafts);
   if (config_.spec.adaptive) k = std::min<int64_t>(k, adaptive_width(s));
   k = std::min(k, s.state->capacity - s.state->pos - 1);

@@ -332,6 +332,11 @@ class Scheduler {
   void drop_state(Slot& s);
   void resume_or_drop(Slot& s, Reuse reuse);
   int draft_width(Slot& s) const;
+  // Whether slots draft at all (config and engine): then every sampled token of a request comes from its
+  // host generator, also in rounds without drafts, so a seeded request's text does not depend on when its
+  // drafting pauses (adaptive width, the end of n_predict); the engine's draws (another generator, keyed by
+  // seed and step) serve schedulers that never draft.
+  bool drafts_configured() const;
   int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);
   void fork_followers(Slot& leader, const StepItem& it);

@@ -95,10 +95,17 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     FinishInfo fin;
     DraftCounts counts;
   };
+  // An engine whose sampled decodes come back to the host sampler (the CUDA backend would draw them on the
+  // card, from its own generator).
+  struct HostSampledEngine : ModelStepEngine {
+    using ModelStepEngine::ModelStepEngine;
+    bool draws_rows() const override { return false; }
+  };
+
   Run generate(const std::vector<int32_t>& prompt, int n_predict, int k,
                std::function<int32_t(int64_t, int, int32_t)> hook, std::vector<int32_t> eos = {},
                float temperature = 0.0f, uint64_t seed = 0, bool ngram = false) {
-    ModelStepEngine engine(model(), be());
+    HostSampledEngine engine(model(), be());
     if (k > 0) {
       DraftOptions o;
       o.n_max = k;
@@ -408,7 +415,8 @@ TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
 
 // Sampled requests draft too: each emitted token is one draw from the slot's generator on a row equal to the
 // decode's, so a seeded run gives the same tokens with drafts as without (the distribution test is
-// tests/unit/server/spec_sampling_test.cc).
+// tests/unit/server/spec_sampling_test.cc). Both runs sample on the host (generate's engine): a scheduler
+// that drafts always does, and the card's draws of a run without drafts come from another generator.
 TEST_P(SpecDecode, SeededSampledRunEqualsWithout) {
   const int64_t V = model().info().vocab_size;
   const auto prompt = tokens(V, 20, 11);

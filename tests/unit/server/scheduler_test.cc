@@ -287,7 +287,7 @@ std::vector<std::function<void(SamplingParams&)>> needs_the_row() {
 // A sampled decode with nothing that needs its row (engine_draw_suffices) is drawn by an engine that draws
 // rows (on the card only the id comes back): its cuts, the request's seed and the step's index go with it,
 // and the engine's id is the token. Penalties, a bias, reported probabilities, a grammar or greedy keep the
-// host's way; an engine that does not draw gets rows as before.
+// host's way; an engine that does not draw, or a scheduler that drafts, gets rows as before.
 TEST(Scheduler, SampledDecodesAreDrawnByAnEngineThatDrawsRows) {
   struct DrawEngine : ScriptEngine {
     bool draws = true;
@@ -369,6 +369,17 @@ TEST(Scheduler, SampledDecodesAreDrawnByAnEngineThatDrawsRows) {
   Scheduler s(off, {1, 64, 16, 8}, server::sample_token);
   EXPECT_EQ(submit(s, p, nullptr), (std::vector<int32_t>{6, 7, 8, 9}));
   EXPECT_TRUE(off.got.empty());
+  // A scheduler that drafts keeps every sampled token on the host generator, also in rounds without drafts
+  // (here the engine proposes none): a seeded request's text must not depend on when drafting pauses.
+  struct DraftingDrawEngine : DrawEngine {
+    bool drafting() const override { return true; }
+  };
+  DraftingDrawEngine drafting;
+  SchedulerConfig cfg{1, 64, 16, 8};
+  cfg.spec.n_max = 3;
+  Scheduler sd(drafting, cfg, server::sample_token);
+  EXPECT_EQ(submit(sd, p, nullptr), (std::vector<int32_t>{6, 7, 8, 9}));
+  EXPECT_TRUE(drafting.got.empty());
 }
 
 // A greedy decode with nothing that needs its row (argmax_suffices) asks the engine for the argmax alone; the
