@@ -5,6 +5,7 @@
 #   bash reference/make_fixtures.sh OUT_DIR --check    -> also compares every file with the committed MANIFEST.sha256
 #   bash reference/make_fixtures.sh OUT_DIR --twice    -> generates twice in fresh processes and compares (determinism)
 # Unpack here with: for t in OUT_DIR/fixtures-*.tar; do tar -C <repo> -xf "$t"; done
+# Then the CUDA gate's BF16 calibration (docs/accuracy.md), in the checkout: cd reference && python3 -m fixtures.bf16_noise
 set -euo pipefail
 OUT=$(mkdir -p "${1:?usage: make_fixtures.sh OUT_DIR [--check|--twice]}" && cd "$1" && pwd)
 MODE=${2:-}

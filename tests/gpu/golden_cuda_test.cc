@@ -1,10 +1,14 @@
 // GPU golden test: every fixture folder whose family the CUDA backend can run, on the card, against the
-// transformers goldens (tests/fixtures/README.md) and against the CPU engine: the 32-token greedy
-// continuation identical; with top-1 agreement >= 99% and mean KL <= 1e-3 per position: the prompt logits,
-// the 32 decode rows (teacher-forced on the golden tokens), the prompt fed in chunks and interleaved with
-// decode steps, and the draft (MTP) layer's logits. qwen3_next, qwen4_exp and glm5_next must run on the card
-// (a missing op is a failure there); other families the card cannot run yet are skipped with the op named,
-// never passed.
+// transformers goldens (tests/fixtures/README.md) and against the CPU engine, under the CUDA accuracy gate
+// (accuracy_gate.h, docs/accuracy.md "The CUDA gate"). Teacher-forced, per position, for the prompt logits,
+// the 32 decode rows (fed the golden tokens), the prompt fed in chunks and interleaved with decode steps, and
+// the draft (MTP) layer's logits: mean KL(reference ‖ cuda) ≤ max(1e-3, 2 × transformers' BF16-vs-f32 mean
+// KL) and top-1 agreement ≥ that BF16 forward's − 1 point. Free-running greedy: the 32-token continuation
+// identical up to the first token whose f32 reference top-2 margin is below δ = 2 × the BF16 forward's
+// largest logit error. A folder without a calibration in tests/fixtures/goldens/bf16_noise.json keeps the
+// fixed bands (mean KL ≤ 1e-3, top-1 ≥ 99 %, all 32 greedy tokens identical) and says so. qwen3_next,
+// qwen4_exp and glm5_next must run on the card (a missing op is a failure there); other families the card
+// cannot run yet are skipped with the op named, never passed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +21,7 @@
 #include <gtest/gtest.h>
 
 #include "../golden/golden_file.h"
+#include "accuracy_gate.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
 #include "models/model_loader.h"
@@ -27,10 +32,8 @@ namespace bloomery {
 namespace {
 
 namespace fs = std::filesystem;
+using test::Gate;
 using test::GoldenTensor;
-
-constexpr double kMinTop1 = 0.99;    // fraction of positions whose argmax agrees
-constexpr double kMaxMeanKl = 1e-3;  // mean over positions of KL(reference ‖ cuda), nats
 
 // Families whose every op the CUDA backend implements: their fixtures must run, never skip.
 bool must_run(const std::string& folder) {
@@ -97,6 +100,7 @@ struct Side {
 struct Loaded {
   Side cuda, cpu;
   std::map<std::string, GoldenTensor> golden;
+  Gate gate;  // the bands of this folder (calibrated or fixed)
   std::string skip;
   std::string error;  // the CUDA side failed for another reason: every test of the folder fails with it
 };
@@ -151,6 +155,39 @@ std::pair<std::vector<float>, std::vector<float>> chunked_rows(Engine& e, const 
   return {rows_a, rows_b};
 }
 
+// The f32 reference's top-2 margin (top-1 logit minus the runner-up) at each of the `n` greedy tokens of
+// prompt `p`: the golden's greedy{p}.margin, or from its greedy{p}.logits rows.
+std::vector<double> reference_margins(const std::map<std::string, GoldenTensor>& golden, const std::string& p,
+                                      size_t n) {
+  if (auto it = golden.find("greedy" + p + ".margin"); it != golden.end())
+    return std::vector<double>(it->second.f32.begin(), it->second.f32.end());
+  const auto& rows = golden.at("greedy" + p + ".logits").f32;
+  const size_t V = rows.size() / n;
+  std::vector<double> m(n);
+  for (size_t j = 0; j < n; ++j) {
+    double a = -INFINITY, b = -INFINITY;  // the largest and the runner-up
+    for (size_t v = 0; v < V; ++v) {
+      const double x = rows[j * V + v];
+      if (x > a)
+        b = a, a = x;
+      else if (x > b)
+        b = x;
+    }
+    m[j] = a - b;
+  }
+  return m;
+}
+
+// Prints one comparison with the folder's bands and checks it against them.
+void expect_bands(const std::string& what, const Agreement& a, const Gate& g) {
+  std::printf("    %s: %lld positions, top-1 %.4f (band >= %.4f), mean KL %.3g (band <= %.3g), max KL %.3g\n",
+              what.c_str(), (long long)a.rows, a.top1_rate(), g.min_top1, a.mean_kl(), g.max_mean_kl,
+              a.kl_max);
+  EXPECT_GT(a.rows, 0) << what;
+  EXPECT_GE(a.top1_rate(), g.min_top1) << what;
+  EXPECT_LE(a.mean_kl(), g.max_mean_kl) << what;
+}
+
 std::vector<int32_t> greedy(Engine& e, const std::vector<int32_t>& prompt, size_t n) {
   SeqId s = e.add_sequence(512);
   std::vector<float> row = e.prefill(s, prompt);
@@ -192,6 +229,13 @@ Loaded& load(const std::string& folder) {
   slot->cpu.lm = load_model(dir, *slot->cpu.backend);
   slot->cpu.engine = std::make_unique<Engine>(*slot->cpu.backend, *slot->cpu.lm->model);
   slot->golden = test::read_goldens((fixtures_dir() / "goldens" / (folder + ".safetensors")).string());
+  const fs::path noise = fixtures_dir() / "goldens" / "bf16_noise.json";
+  try {
+    slot->gate = test::gate_for(test::read_bf16_noise(noise, "models", folder), folder, noise.string());
+    std::printf("    %s\n", slot->gate.line.c_str());
+  } catch (const std::runtime_error& e) {
+    slot->error = std::string("the accuracy gate's calibration: ") + e.what();
+  }
   return *slot;
 }
 
@@ -232,14 +276,38 @@ TEST_P(GoldenCuda, GreedyTokensIdentical) {
     GTEST_SKIP() << skip_;
   }
   ASSERT_GT(prompts(*l), 0);
+  const Gate& gate = l->gate;
+  size_t checked = 0, total = 0;
   for (int i = 0; i < prompts(*l); ++i) {
     const std::string p = std::to_string(i);
     auto prompt = ids_of(l->golden.at("prompt" + p + ".ids"));
     auto want = ids_of(l->golden.at("greedy" + p + ".ids"));
     auto got = greedy(*l->cuda.engine, prompt, want.size());
-    EXPECT_EQ(got, want) << "cuda greedy" << p << " vs golden";
-    EXPECT_EQ(got, greedy(*l->cpu.engine, prompt, want.size())) << "cuda greedy" << p << " vs cpu engine";
+    auto cpu = greedy(*l->cpu.engine, prompt, want.size());
+    // The tokens that must agree: all, or those before the first reference top-2 margin below δ.
+    size_t n = want.size();
+    if (gate.delta) {
+      const auto margin = reference_margins(l->golden, p, want.size());
+      const auto low = std::find_if(margin.begin(), margin.end(), [&](double m) { return m < *gate.delta; });
+      n = std::min<size_t>(n, low - margin.begin());
+    }
+    checked += n;
+    total += want.size();
+    const auto first = [n](const std::vector<int32_t>& v) {
+      return std::vector<int32_t>(v.begin(), v.begin() + n);
+    };
+    EXPECT_EQ(first(got), first(want)) << "cuda greedy" << p << " vs golden, the first " << n << " tokens";
+    EXPECT_EQ(first(got), first(cpu)) << "cuda greedy" << p << " vs cpu engine, the first " << n << " tokens";
   }
+  if (gate.delta)
+    std::printf(
+        "    %s greedy: %zu of %zu tokens checked (up to the first reference margin < delta = %.3g)\n",
+        GetParam().c_str(), checked, total, *gate.delta);
+  else
+    std::printf("    %s greedy: all %zu tokens checked\n", GetParam().c_str(), total);
+  if (checked == 0)
+    GTEST_SKIP() << "every prompt's first greedy token has a reference top-2 margin below delta = "
+                 << *gate.delta << ": nothing to compare";
 }
 
 TEST_P(GoldenCuda, PromptLogitsAgree) {
@@ -264,25 +332,8 @@ TEST_P(GoldenCuda, PromptLogitsAgree) {
       vs_cpu.add(cpu.data() + t * V, got.data() + t * V, V);
     }
   }
-  std::printf("    %s cuda vs golden: %lld positions, top-1 %.4f, mean KL %.3g, max KL %.3g\n",
-              GetParam().c_str(), (long long)vs_golden.rows, vs_golden.top1_rate(), vs_golden.mean_kl(),
-              vs_golden.kl_max);
-  std::printf("    %s cuda vs cpu:    %lld positions, top-1 %.4f, mean KL %.3g, max KL %.3g\n",
-              GetParam().c_str(), (long long)vs_cpu.rows, vs_cpu.top1_rate(), vs_cpu.mean_kl(),
-              vs_cpu.kl_max);
-  EXPECT_GE(vs_golden.top1_rate(), kMinTop1);
-  EXPECT_LE(vs_golden.mean_kl(), kMaxMeanKl);
-  EXPECT_GE(vs_cpu.top1_rate(), kMinTop1);
-  EXPECT_LE(vs_cpu.mean_kl(), kMaxMeanKl);
-}
-
-// Prints and checks one comparison against the bands.
-void expect_bands(const std::string& what, const Agreement& a) {
-  std::printf("    %s: %lld positions, top-1 %.4f, mean KL %.3g, max KL %.3g\n", what.c_str(),
-              (long long)a.rows, a.top1_rate(), a.mean_kl(), a.kl_max);
-  EXPECT_GT(a.rows, 0) << what;
-  EXPECT_GE(a.top1_rate(), kMinTop1) << what;
-  EXPECT_LE(a.mean_kl(), kMaxMeanKl) << what;
+  expect_bands(GetParam() + " prompt cuda vs golden", vs_golden, l->gate);
+  expect_bands(GetParam() + " prompt cuda vs cpu", vs_cpu, l->gate);
 }
 
 TEST_P(GoldenCuda, DecodeLogitsAgree) {
@@ -308,8 +359,8 @@ TEST_P(GoldenCuda, DecodeLogitsAgree) {
       vs_cpu.add(cpu.data() + j * V, got.data() + j * V, V);
     }
   }
-  expect_bands(GetParam() + " decode rows cuda vs golden", vs_golden);
-  expect_bands(GetParam() + " decode rows cuda vs cpu", vs_cpu);
+  expect_bands(GetParam() + " decode rows cuda vs golden", vs_golden, l->gate);
+  expect_bands(GetParam() + " decode rows cuda vs cpu", vs_cpu, l->gate);
 }
 
 TEST_P(GoldenCuda, ChunkedPromptAndStepsAgree) {
@@ -343,9 +394,9 @@ TEST_P(GoldenCuda, ChunkedPromptAndStepsAgree) {
   ASSERT_EQ(rows_c.size(), ref.size());
   Agreement c;
   for (size_t t = 0; t < ids.size(); ++t) c.add(ref.data() + t * V, rows_c.data() + t * V, V);
-  expect_bands(GetParam() + " chunk + decode steps vs golden", a);
-  expect_bands(GetParam() + " three chunks vs golden", b);
-  expect_bands(GetParam() + " 5-token chunks vs golden", c);
+  expect_bands(GetParam() + " chunk + decode steps vs golden", a, l->gate);
+  expect_bands(GetParam() + " three chunks vs golden", b, l->gate);
+  expect_bands(GetParam() + " 5-token chunks vs golden", c, l->gate);
 }
 
 TEST_P(GoldenCuda, DraftLogitsAgree) {
@@ -378,7 +429,8 @@ TEST_P(GoldenCuda, DraftLogitsAgree) {
     ASSERT_EQ(logits.size(), ref.size()) << p;
     for (int64_t t = 0; t < T; ++t) vs_golden.add(ref.data() + t * V, logits.data() + t * V, V);
   }
-  expect_bands(GetParam() + " draft logits cuda vs golden", vs_golden);
+  // The draft layer is held to the folder's bands (the calibration measures the target model's BF16 noise).
+  expect_bands(GetParam() + " draft logits cuda vs golden", vs_golden, l->gate);
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GoldenCuda, ::testing::ValuesIn(fixture_folders()),
