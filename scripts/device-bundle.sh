@@ -13,8 +13,12 @@ launcher=()
 if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S . -B "$build" -G Ninja -DBLOOMERY_CUDA=ON -DBLOOMERY_CUDA_ARCHS=90a -DCMAKE_BUILD_TYPE=Release \
-  "${launcher[@]}" >/dev/null
+# A build folder that is already configured keeps its configuration (a dev folder's build type, so that
+# bundling does not rebuild it all); a new one is configured for the GPU machine.
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -G Ninja -DBLOOMERY_CUDA=ON -DBLOOMERY_CUDA_ARCHS=90a -DCMAKE_BUILD_TYPE=Release \
+    "${launcher[@]}" >/dev/null
+fi
 # Targets to bundle: the arguments, or every GPU-relevant one that exists.
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then

@@ -17,6 +17,7 @@
 #include <map>
 #include <numeric>
 
+#include "backend/cuda/gemv/gemv_tc.h"
 #include "backend_util.h"
 #include "formats/classify.h"
 #include "formats/tensor_source.h"
@@ -65,9 +66,13 @@ class CudaLinear : public BackendPair {
     Tensor yc = cpu_->alloc({T, n}), yg = gpu_->alloc({T, n});
     cpu_->matmul_rows(yc, xc, wc, row0, n);
     gpu_->matmul_rows(yg, xg, wg, row0, n);
-    const bool bf16_weight =
-        T > cuda::kGemvMaxRows && cuda::device_weight(wg, "test").format == FormatId::FP8_BLOCK;
-    const auto bound = matmul_bound(x, decoded, T, row0, n, K, bf16_weight ? 1.0 / 256 : 1e-5);
+    const cuda::DeviceWeight dw = cuda::device_weight(wg, "test");
+    const bool bf16_weight = T > cuda::kGemvMaxRows && dw.format == FormatId::FP8_BLOCK;
+    // The tensor-core GEMV splits x into bf16 hi + lo (2^-16 relative, gemv_tc.cu); x's alignment is the
+    // allocator's, so a null pointer stands in for it.
+    const bool tc = cuda::gemv_tc() && cuda::gemv_tc_fits(dw, nullptr, static_cast<int>(T));
+    const auto bound =
+        matmul_bound(x, decoded, T, row0, n, K, bf16_weight ? 1.0 / 256 : (tc ? 1.0 / 65536 + 1e-5 : 1e-5));
     size_t at = 0;
     const auto g = gpu_->download(yg), c = cpu_->download(yc);
     const double r = worst_ratio(g, c, bound, &at);
@@ -323,14 +328,20 @@ std::unique_ptr<StoredWeight> fast_bf16(uint64_t n, uint64_t k, uint64_t seed) {
   return s;
 }
 
-// Sets the tensor-core GEMV switch for one scope.
+// Sets the tensor-core GEMV switch (and its FP8 family's) for one scope.
 class TcSwitch {
  public:
-  explicit TcSwitch(bool on) : was_(cuda::gemv_tc()) { cuda::set_gemv_tc(on); }
-  ~TcSwitch() { cuda::set_gemv_tc(was_); }
+  explicit TcSwitch(bool on) : was_(cuda::gemv_tc()), fp8_(cuda::fp8_on_tc()) {
+    cuda::set_gemv_tc(on);
+    cuda::set_gemv_tc_fp8(on);
+  }
+  ~TcSwitch() {
+    cuda::set_gemv_tc(was_);
+    cuda::set_gemv_tc_fp8(fp8_);
+  }
 
  private:
-  bool was_;
+  bool was_, fp8_;
 };
 
 // Rows the host reference checks: all of a product up to 4096, else ~2048 spread over it and its last 40.
@@ -409,6 +420,51 @@ TEST_F(CudaLinear, GemvTcMatchesReferenceAtStepShapes) {
   }
 }
 
+// The FP8 family on the tensor cores (E4M3 weights exact in bf16, the scale applied to each 32-element
+// partial sum; one row only for products of 2^24 elements and more, here MXFP8 [10240, 2560], the others on
+// the split-K kernel): every FP8 format at the step's shapes whose K it can take, T = 1..8, within the same
+// bound (the weights are unrounded, so only the activation split and f32 sums differ from Σ x·w), every
+// element written, a second run bit for bit, and a block of rows. MXFP8's scale bytes span 2^-7..2^3 and FP8
+// block's f32 tile scales differ per 128 × 128 tile, so a scale applied to the wrong chunk or row is caught.
+TEST_F(CudaLinear, GemvTcFp8MatchesReference) {
+  TcSwitch on(true);
+  const TcShape shapes[] = {{10240, 2560}, {2560, 6144}, {640, 2560}, {48, 2560}, {4, 10240},
+                            {330, 2560},   {10240, 320}, {2560, 640}, {1, 2560}};
+  for (const FormatId f : {FormatId::MXFP8, FormatId::FP8_BLOCK, FormatId::FP8_CHANNEL, FormatId::FP8_TENSOR})
+    for (const TcShape& cs : shapes) {
+      if (f != FormatId::MXFP8 && cs.n > 4096) continue;  // one large shape per format is enough
+      auto s = make_any(f, cs.n, cs.k, rng_);
+      Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+      const std::string shape =
+          std::string(format_name(f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+      for (int64_t T = 1; T <= cuda::kGemvMaxRows; ++T) {
+        const auto x = randn(T * cs.k);
+        Tensor xg = gpu_->upload(x, {T, cs.k}), y = gpu_->alloc({T, cs.n});
+        gpu_->fill(y, NAN);
+        gpu_->matmul(y, xg, wg);
+        const auto got = gpu_->download(y);
+        std::string at;
+        EXPECT_LE(tc_worst(got, x, s->decoded, T, 0, cs.n, cs.k, &at), 1.0)
+            << shape << " T=" << T << " " << at;
+        gpu_->fill(y, NAN);
+        gpu_->matmul(y, xg, wg);
+        EXPECT_EQ(0, std::memcmp(gpu_->download(y).data(), got.data(), got.size() * 4))
+            << shape << " T=" << T << ": a second run gave other bits";
+      }
+      if (cs.n < 300) continue;
+      for (int64_t T : {1, 5}) {  // rows 128 .. n − 75 (FP8 block: a row block starting inside no tile edge)
+        const int64_t row0 = 128 + (f == FormatId::FP8_BLOCK ? 8 : 0), n = cs.n - 203;
+        const auto x = randn(T * cs.k);
+        Tensor xg = gpu_->upload(x, {T, cs.k}), y = gpu_->alloc({T, n});
+        gpu_->fill(y, NAN);
+        gpu_->matmul_rows(y, xg, wg, row0, n);
+        std::string at;
+        EXPECT_LE(tc_worst(gpu_->download(y), x, s->decoded, T, row0, n, cs.k, &at), 1.0)
+            << shape << " rows " << row0 << "+ T=" << T << " " << at;
+      }
+    }
+}
+
 // The epilogue in the tensor-core kernel's store (elementwise tail, row scale, accumulation) gives the bits
 // of its plain product followed by the separate ops, at every step shape and T = 1..8.
 TEST_F(CudaLinear, GemvTcEpilogueEqualsSeparateOps) {
@@ -443,8 +499,9 @@ TEST_F(CudaLinear, GemvTcEpilogueEqualsSeparateOps) {
   }
 }
 
-// Grouped products of one x on the tensor cores (several cluster sizes, more than one launch's worth, an
-// NVFP4 product on the old kernel among them) give the bits of one product each, and are within the bound.
+// Grouped products of one x on the tensor cores (several cluster sizes, more than one launch's worth, MXFP8
+// products in launches of their own, an NVFP4 product on the old kernel among them) give the bits of one
+// product each, and are within the bound.
 TEST_F(CudaLinear, GemvTcGroupedEqualsSeparate) {
   TcSwitch on(true);
   struct P {
@@ -455,7 +512,9 @@ TEST_F(CudaLinear, GemvTcGroupedEqualsSeparate) {
   for (const int64_t k : {2560, 10240}) {
     const std::vector<P> spec =
         k == 2560 ? std::vector<P>{{FormatId::BF16, 10240, {}},
+                                   {FormatId::MXFP8, 2048, {}},
                                    {FormatId::BF16, 6144, {.pre = 0.25f, .act = Act::Silu}},
+                                   {FormatId::MXFP8, 640, {.pre = 0.25f, .act = Act::Silu}},
                                    {FormatId::BF16, 12288, {}},
                                    {FormatId::BF16, 640, {}},
                                    {FormatId::NVFP4, 642, {.pre = 0.25f, .act = Act::Silu}},
@@ -491,7 +550,7 @@ TEST_F(CudaLinear, GemvTcGroupedEqualsSeparate) {
                                  "] T=" + std::to_string(T);
         const auto g = gpu_->download(grouped[i]);
         expect_close(g, gpu_->download(separate[i]), 0, 0, what);
-        if (spec[i].f != FormatId::BF16 || spec[i].e.act != Act::None || spec[i].e.pre != 1.0f) continue;
+        if (spec[i].f == FormatId::NVFP4 || spec[i].e.act != Act::None || spec[i].e.pre != 1.0f) continue;
         std::string at;
         EXPECT_LE(tc_worst(g, xh, stored[i]->decoded, T, 0, spec[i].n, k, &at), 1.0) << what << " " << at;
       }
@@ -566,29 +625,37 @@ TEST_F(CudaLinear, GemvBandwidth) {
               2.0 * 512 * 4096 * 4096 / sec / 1e12);
 }
 
-// Decode-roofline measurement (not a pass/fail test): the step's BF16 shapes at T = 1, 2, 4, 5, 8 on the
-// split-K kernel and on the tensor-core kernel, µs per product and GB/s of weight bytes.
+// Decode-roofline measurement (not a pass/fail test): the step's shapes in BF16 and MXFP8 (the qad layout's
+// projections) at T = 1, 2, 4, 5, 8 on the split-K kernel and on the tensor-core kernel, µs per product and
+// GB/s of weight bytes (MXFP8: its E4M3 bytes and E8M0 scales).
 TEST_F(CudaLinear, GemvTcBandwidth) {
-  const bool was = cuda::gemv_tc();
-  for (const TcShape& cs : kTcShapes) {
-    auto s = fast_bf16(cs.n, cs.k, cs.n + 3 * cs.k);
-    Weight wg = gpu_->upload_stored("bench", {cs.n, cs.k}, s->wb);
-    s.reset();
-    const double bytes = 2.0 * static_cast<double>(cs.n) * static_cast<double>(cs.k);
-    const int iters = cs.n > 20000 ? 20 : 200;
-    for (int64_t T : {1, 2, 4, 5, 8}) {
-      Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k}), y = gpu_->alloc({T, cs.n});
-      cuda::set_gemv_tc(false);
-      const double old_ms = matmul_ms(*gpu_, y, x, wg, iters);
-      cuda::set_gemv_tc(true);
-      const double tc_ms = matmul_ms(*gpu_, y, x, wg, iters);
-      std::printf(
-          "[gemv-tc] BF16 [%lld, %lld] T=%lld: split-K %.2f us %.0f GB/s, tensor cores %.2f us %.0f GB/s\n",
-          static_cast<long long>(cs.n), static_cast<long long>(cs.k), static_cast<long long>(T), old_ms * 1e3,
-          bytes / (old_ms * 1e-3) / 1e9, tc_ms * 1e3, bytes / (tc_ms * 1e-3) / 1e9);
+  const bool was = cuda::gemv_tc(), fp8 = cuda::fp8_on_tc();
+  cuda::set_gemv_tc_fp8(true);
+  for (const FormatId f : {FormatId::BF16, FormatId::MXFP8})
+    for (const TcShape& cs : kTcShapes) {
+      if (f == FormatId::MXFP8 && (cs.n > 20000 || cs.k % 32 != 0)) continue;  // the lm_head stays BF16
+      auto s =
+          f == FormatId::BF16 ? fast_bf16(cs.n, cs.k, cs.n + 3 * cs.k) : make_stored(f, cs.n, cs.k, rng_);
+      Weight wg = gpu_->upload_stored("bench", {cs.n, cs.k}, s->wb);
+      s.reset();
+      const double elems = static_cast<double>(cs.n) * static_cast<double>(cs.k);
+      const double bytes = f == FormatId::BF16 ? 2.0 * elems : elems * (1.0 + 1.0 / 32);
+      const int iters = cs.n > 20000 ? 20 : 200;
+      for (int64_t T : {1, 2, 4, 5, 8}) {
+        Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k}), y = gpu_->alloc({T, cs.n});
+        cuda::set_gemv_tc(false);
+        const double old_ms = matmul_ms(*gpu_, y, x, wg, iters);
+        cuda::set_gemv_tc(true);
+        const double tc_ms = matmul_ms(*gpu_, y, x, wg, iters);
+        std::printf(
+            "[gemv-tc] %s [%lld, %lld] T=%lld: split-K %.2f us %.0f GB/s, tensor cores %.2f us %.0f GB/s\n",
+            std::string(format_name(f)).c_str(), static_cast<long long>(cs.n), static_cast<long long>(cs.k),
+            static_cast<long long>(T), old_ms * 1e3, bytes / (old_ms * 1e-3) / 1e9, tc_ms * 1e3,
+            bytes / (tc_ms * 1e-3) / 1e9);
+      }
     }
-  }
   cuda::set_gemv_tc(was);
+  cuda::set_gemv_tc_fp8(fp8);
 }
 
 // ---- the split-K GEMV's launch shape (cuda::set_gemv_launch_override) ------------------------------------

@@ -401,8 +401,8 @@ bool gemv_group_applies(std::span<const GemvProduct> ps, const float* x, int T) 
 }
 
 void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
-  // BF16 products on the tensor cores when switched on (gemv_tc.cu), the rest as below.
-  const bool tc_on = gemv_tc() && T >= kGemvTcMinRows;
+  // BF16 and FP8 products on the tensor cores when switched on (gemv_tc.cu), the rest as below.
+  const bool tc_on = gemv_tc();
   std::vector<GemvProduct> tc;
   if (tc_on)
     for (const GemvProduct& p : ps)
@@ -427,8 +427,7 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
           const Epilogue& e) {
   if (n == 0 || T == 0) return;
-  if (gemv_tc() && T >= kGemvTcMinRows && gemv_variant() == 2 &&
-      gemv_tc_fits(w, x, T))  // BF16 on the tensor cores (gemv_tc.cu)
+  if (gemv_tc() && gemv_variant() == 2 && gemv_tc_fits(w, x, T))  // BF16 and FP8 on the tensor cores
     return gemv_tc_product(w, row0, n, x, T, y, s, e);
   const bool x_aligned = (reinterpret_cast<uintptr_t>(x) % 16) == 0;
   const bool split = unit_path(w) && x_aligned && gemv_variant() == 2;  // the kernel with the epilogue

@@ -17,6 +17,17 @@
 // worker order, which depends only on the product's split count S (below), not on the launch (alone or
 // grouped).
 //
+// FP8-family weights (MXFP8, FP8 per-tensor / per-channel / block with tiles a multiple of 32 wide) take the
+// same kernel: a lane loads 8 stored bytes of a row per chunk instead of 16 (the lane group still reads a
+// full 32-byte sector), and each E4M3 pair becomes a bf16 pair exactly (cvt to f16x2, then bf16: every E4M3
+// value has at most 4 significant bits). A chunk (32 k) lies inside one scale block of every FP8 format, so
+// the chunk's two k-steps go into a zeroed accumulator that is then added to the sum times the row's scale
+// for that chunk (an MX block is exactly a chunk): the weight stays unrounded, the scale is applied to each
+// 32-element partial sum as the split-K kernel applies it to each 16-element one. Why: the split-K kernel
+// reads an MXFP8 row at about a quarter of the copy rate, bound by reloading 64 bytes of f32 x per 16 weight
+// bytes through L1 (docs/performance.md); here x comes once per block from shared memory. FP8 takes this
+// kernel from two rows of x, and from one for large products (BF16 from two; gemv_tc.h).
+//
 // Layout. A warp owns a tile of 16 weight rows; lane (g = lane / 4, t = lane % 4) reads rows g and g + 8. A
 // "chunk" is 32 k: lane t loads elements [8t, 8t + 8) of it with one 16-byte load per row, so a lane group
 // reads 64 consecutive bytes (two full sectors) of each row. mma m16n8k16 wants, per k-step, A words (row g,
@@ -40,6 +51,8 @@
 // memory.
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <atomic>
@@ -47,6 +60,7 @@
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/elements.cuh"
 #include "backend/cuda/env_switch.h"
 #include "backend/cuda/gemv/gemv_store.cuh"
 #include "backend/cuda/gemv/gemv_tc.h"
@@ -61,11 +75,49 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kTileRows = 16;
-constexpr int kChunk = 32;      // k elements of one lane group's load per row (4 lanes × 8 bf16)
-constexpr int kAhead = 4;       // chunks a lane loads before using any (2 KB of weights per warp in flight)
+constexpr int kChunk = 32;      // k elements of one lane group's load per row (4 lanes × 8 elements)
 constexpr int kMaxSplits = 64;  // workers per tile: 8 warps × a cluster of up to 8 blocks (the portable size)
 constexpr int kStageBytes = 48 * 1024;  // staged x window per block: 4 blocks of 8 warps fit an SM
 constexpr int kGroupMax = 4;
+
+// The stored element widths the kernel reads: BF16, and the FP8 family (E4M3 with a scale per chunk).
+// Fp8Serial: FP8 with one batch of 8 chunks in flight and none while it is used (a measured alternative to
+// Fp8's two batches of 4, BLOOMERY_CUDA_GEMV_TC_FP8_SERIAL=1).
+enum class TcKind { Bf16, Fp8, Fp8Serial };
+constexpr bool is_fp8(TcKind k) {
+  return k != TcKind::Bf16;
+}
+
+// What a lane loads of one row per chunk (8 elements: 16 bytes of BF16, 8 of FP8), and how many chunks a
+// batch of loads holds. FP8 keeps a second batch in flight while it converts and multiplies one (its chunks
+// take several times the instructions of BF16's, so a warp that waits for each batch after using the last one
+// leaves the memory idle); BF16 loads the next batch after using one (measured as kept, docs/performance.md).
+template <TcKind KD>
+struct TcLoad {
+  using Bits = uint4;
+  static constexpr int kAhead = 4;
+  static constexpr int kBuffers = 1;
+  static constexpr int kElemBytes = 2;
+};
+template <>
+struct TcLoad<TcKind::Fp8> {
+  using Bits = uint2;
+  static constexpr int kAhead = 4;
+  static constexpr int kBuffers = 2;
+  static constexpr int kElemBytes = 1;
+};
+template <>
+struct TcLoad<TcKind::Fp8Serial> {
+  using Bits = uint2;
+  static constexpr int kAhead = 8;
+  static constexpr int kBuffers = 1;
+  static constexpr int kElemBytes = 1;
+};
+
+TcKind tc_kind(FormatId f) {
+  static const bool serial = env_is("BLOOMERY_CUDA_GEMV_TC_FP8_SERIAL", "1");
+  return f == FormatId::BF16 ? TcKind::Bf16 : (serial ? TcKind::Fp8Serial : TcKind::Fp8);
+}
 
 // One product of a launch: its weight, output, epilogue, rows and split, and its first block.
 struct TcProduct {
@@ -149,11 +201,57 @@ __device__ __forceinline__ void mma_chunk(float (&acc)[4], const uint4& wa, cons
   if constexpr (NB == 2) mma_bf16(acc, wa.z, wb.z, wa.w, wb.w, bl.z, bl.w);
 }
 
+// Eight E4M3 weights (k order, the lower k in the low byte) as four bf16 pairs in k order, exactly.
+__device__ __forceinline__ uint4 fp8x8_to_bf16(uint2 q) {
+  uint32_t o[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t word = i < 2 ? q.x : q.y;
+    const auto pair = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (i & 1)));
+    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    o[i] = bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
+  }
+  return make_uint4(o[0], o[1], o[2], o[3]);
+}
+
+// The FP8-family scale of one weight row per chunk (weight_access.cuh's fp8_scale with the row's part of the
+// address computed once): raw(c) is issued with the chunk's weight loads, value() converts it at use, so the
+// loads ahead do not wait on it.
+struct RowScale {
+  const uint8_t* mx = nullptr;  // MXFP8: the row's E8M0 bytes, one a chunk
+  const float* tile = nullptr;  // FP8 block: the row's tile row of f32 scales
+  int chunks_per_tile = 1;
+  float fixed = 1.0f;  // FP8 per-tensor / per-channel (and rows past the product: unused)
+
+  __device__ static RowScale of(const DeviceWeight& w, int64_t row) {
+    RowScale r;
+    if (w.format == FormatId::MXFP8) {
+      r.mx = w.block_scales + row * static_cast<int64_t>(w.cols / kChunk);
+    } else if (w.format == FormatId::FP8_BLOCK) {
+      const int64_t tiles_k = (static_cast<int64_t>(w.cols) + w.block_k - 1) / w.block_k;
+      r.tile = w.scale_f32 + row / w.block_n * tiles_k;
+      r.chunks_per_tile = w.block_k / kChunk;
+    } else {
+      r.fixed = w.format == FormatId::FP8_CHANNEL ? w.scale_f32[row] : w.global;
+    }
+    return r;
+  }
+  __device__ uint32_t raw(int c) const {
+    if (mx) return __ldg(mx + c);
+    if (tile) return __float_as_uint(__ldg(tile + c / chunks_per_tile));
+    return __float_as_uint(fixed);
+  }
+  __device__ float value(uint32_t raw) const { return mx ? e8m0_to_f32(raw) : __uint_as_float(raw); }
+};
+
 // Grid: each product's blocks [first, next first), tile group = block / ck, K part (cluster rank) = block %
 // ck. NB = 1 for T ≤ 4, 2 for T ≥ 5 (the file head).
-template <int NB>
+template <int NB, TcKind KD>
 __global__ void __launch_bounds__(kThreads, 2)
     gemv_tc_k(const __grid_constant__ TcArgs a, const float* __restrict__ x, int T) {
+  using Bits = typename TcLoad<KD>::Bits;
+  constexpr int kAhead = TcLoad<KD>::kAhead;
   extern __shared__ uint4 xs[];
   __shared__ float part[kWarps * 8 * kTileRows];  // [warp][column][row] partial sums
   int pi = 0;
@@ -177,22 +275,36 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int P1 = min((win + 1) * KWc, nchb);
     return max((P1 - wk + KS - 1) / KS, win * KWc / KS);
   };
-  const uint16_t* wd = static_cast<const uint16_t*>(p.w.data);
-  const uint4* ra = live && r0 + g < p.n
-                        ? reinterpret_cast<const uint4*>(wd + (p.row0 + r0 + g) * static_cast<int64_t>(K)) + t
-                        : nullptr;
-  const uint4* rb =
-      live && r0 + g + 8 < p.n
-          ? reinterpret_cast<const uint4*>(wd + (p.row0 + r0 + g + 8) * static_cast<int64_t>(K)) + t
-          : nullptr;
-  uint4 wa[kAhead], wb[kAhead];
-  const auto load = [&](int i0, int i1) {
+  // Row pointers at the lane's piece of chunk 0; chunk c is 4 · c loads on (64 bytes of BF16, 32 of FP8).
+  const auto row_at = [&](int64_t r) -> const Bits* {
+    if (!live || r >= p.n) return nullptr;
+    const auto* bytes = static_cast<const uint8_t*>(p.w.data) +
+                        (p.row0 + r) * static_cast<int64_t>(K) * TcLoad<KD>::kElemBytes;
+    return reinterpret_cast<const Bits*>(bytes) + t;
+  };
+  const Bits* ra = row_at(r0 + g);
+  const Bits* rb = row_at(r0 + g + 8);
+  RowScale sa, sb;  // FP8 only
+  if constexpr (is_fp8(KD)) {
+    if (ra) sa = RowScale::of(p.w, p.row0 + r0 + g);
+    if (rb) sb = RowScale::of(p.w, p.row0 + r0 + g + 8);
+  }
+  // A batch of kAhead chunks' weight loads (and FP8 scales) in registers.
+  struct Batch {
+    Bits wa[kAhead], wb[kAhead];
+    uint32_t qa[kAhead], qb[kAhead];  // the chunks' raw FP8 scales
+  };
+  const auto load = [&](Batch& b, int i0, int i1) {
 #pragma unroll
     for (int u = 0; u < kAhead; ++u) {
       const int c = wid + S * (i0 + u);
       const bool in = i0 + u < i1;
-      wa[u] = in && ra ? __ldg(ra + 4 * c) : make_uint4(0u, 0u, 0u, 0u);
-      wb[u] = in && rb ? __ldg(rb + 4 * c) : make_uint4(0u, 0u, 0u, 0u);
+      b.wa[u] = in && ra ? __ldg(ra + 4 * c) : Bits{};
+      b.wb[u] = in && rb ? __ldg(rb + 4 * c) : Bits{};
+      if constexpr (is_fp8(KD)) {
+        b.qa[u] = in && ra ? sa.raw(c) : 0u;
+        b.qb[u] = in && rb ? sb.raw(c) : 0u;
+      }
     }
   };
   // B sources: lane (g, t) reads its column's 8 values [8t, 8t + 8) of each staged chunk (piece t: hi, then
@@ -205,35 +317,62 @@ __global__ void __launch_bounds__(kThreads, 2)
     bh = xs + (g < T ? g : 0) * RS4 + 2 * t;
     bl = bh + 1;
   }
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  // The batch's chunks [i0, min(i0 + kAhead, i1)) of the window starting at staged position P0.
+  const auto compute = [&](const Batch& b, int i0, int i1, int P0) {
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) {
+      if (i0 + u >= i1) break;
+      const int pos = 8 * (wk + KS * (i0 + u) - P0);  // uint4 offset of the chunk in a row region
+      if constexpr (KD == TcKind::Bf16) {
+        mma_chunk<NB>(acc, b.wa[u], b.wb[u], bh[pos], NB == 2 ? bl[pos] : bh[pos]);
+      } else {  // the chunk's sum alone, then times each row's scale (the file head)
+        float d[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        mma_chunk<NB>(d, fp8x8_to_bf16(b.wa[u]), fp8x8_to_bf16(b.wb[u]), bh[pos],
+                      NB == 2 ? bl[pos] : bh[pos]);
+        const float fa = sa.value(b.qa[u]), fb = sb.value(b.qb[u]);
+        acc[0] = fmaf(fa, d[0], acc[0]);
+        acc[1] = fmaf(fa, d[1], acc[1]);
+        acc[2] = fmaf(fb, d[2], acc[2]);
+        acc[3] = fmaf(fb, d[3], acc[3]);
+      }
+    }
+  };
 
   // The first batch of weight loads goes out before waiting for the previous kernel (weights never change);
-  // x and y are touched only after the wait (misc/pdl.cuh).
+  // x and y are touched only after the wait (misc/pdl.cuh). Batch `cur` always holds chunks [i, i + kAhead).
+  Batch cur, next;
   int i = 0, i1 = window_end(0);
-  if (live) load(0, i1);
+  if (live) load(cur, 0, i1);
   pdl_wait();
   pdl_launch_dependents();
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   for (int win = 0; win < nwin; ++win) {
     const int P0 = win * KWc;
     if (win > 0) __syncthreads();  // every warp is done reading the previous window
     stage_window(x, T, K, S, KS, base, P0, min(KWc, nchb - P0), RS4, xs);
     if (live) {
       for (;;) {
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) {
-          if (i + u >= i1) break;
-          const int pos = 8 * (wk + KS * (i + u) - P0);  // uint4 offset of the chunk in a row region
-          mma_chunk<NB>(acc, wa[u], wb[u], bh[pos], NB == 2 ? bl[pos] : bh[pos]);
+        if constexpr (TcLoad<KD>::kBuffers == 1) {  // load the next batch after using this one
+          compute(cur, i, i1, P0);
+          i += kAhead;
+          if (i >= i1) break;
+          load(cur, i, i1);
+        } else {  // the next batch in flight while this one is used (two register sets, unrolled)
+          if (i + kAhead < i1) load(next, i + kAhead, i1);
+          compute(cur, i, i1, P0);
+          i += kAhead;
+          if (i >= i1) break;
+          if (i + kAhead < i1) load(cur, i + kAhead, i1);
+          compute(next, i, i1, P0);
+          i += kAhead;
+          if (i >= i1) break;
         }
-        i += kAhead;
-        if (i >= i1) break;
-        load(i, i1);
       }
     }
     if (win + 1 < nwin) {  // the next window's first batch: in flight while it is staged
       i = (win + 1) * KWc / KS;
       i1 = window_end(win + 1);
-      if (live) load(i, i1);
+      if (live) load(cur, i, i1);
     }
   }
   // Lane (g, t) holds rows g (acc 0, 1) and g + 8 (acc 2, 3) of columns 2t, 2t + 1.
@@ -301,6 +440,7 @@ size_t stage_bytes(int T, int KWc) {
 
 // kernel<<<blocks, kThreads, smem, s>>> with programmatic dependent launch (when enabled) and clusters of ck
 // blocks (when ck > 1); a failure is left for the caller's BLOOMERY_CUDA_CHECK_LAUNCH.
+template <TcKind KD>
 void launch(const TcArgs& a, unsigned blocks, size_t smem, const float* x, int T, cudaStream_t s) {
   cudaLaunchAttribute attrs[2]{};
   int na = 0;
@@ -322,16 +462,32 @@ void launch(const TcArgs& a, unsigned blocks, size_t smem, const float* x, int T
   cfg.attrs = attrs;
   cfg.numAttrs = na;
   if (T <= 4)
-    (void)cudaLaunchKernelEx(&cfg, gemv_tc_k<1>, a, x, T);
+    (void)cudaLaunchKernelEx(&cfg, gemv_tc_k<1, KD>, a, x, T);
   else
-    (void)cudaLaunchKernelEx(&cfg, gemv_tc_k<2>, a, x, T);
+    (void)cudaLaunchKernelEx(&cfg, gemv_tc_k<2, KD>, a, x, T);
+}
+
+void launch(TcKind kind, const TcArgs& a, unsigned blocks, size_t smem, const float* x, int T,
+            cudaStream_t s) {
+  if (kind == TcKind::Bf16)
+    launch<TcKind::Bf16>(a, blocks, smem, x, T, s);
+  else if (kind == TcKind::Fp8)
+    launch<TcKind::Fp8>(a, blocks, smem, x, T, s);
+  else
+    launch<TcKind::Fp8Serial>(a, blocks, smem, x, T, s);
 }
 
 // A window of kStageBytes plus the static partials passes the 48 KB a launch gets without asking (plan_for
 // keeps every window within kStageBytes).
 void opt_in_smem() {
-  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1>), kStageBytes, "gemv_tc");
-  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2>), kStageBytes, "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1, TcKind::Bf16>), kStageBytes, "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2, TcKind::Bf16>), kStageBytes, "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1, TcKind::Fp8>), kStageBytes, "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2, TcKind::Fp8>), kStageBytes, "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1, TcKind::Fp8Serial>), kStageBytes,
+                       "gemv_tc");
+  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2, TcKind::Fp8Serial>), kStageBytes,
+                       "gemv_tc");
 }
 
 // Adds a product to a launch's arguments; returns the launch's blocks after it.
@@ -362,9 +518,40 @@ void set_gemv_tc(bool on) {
   tc_slot().store(on, std::memory_order_relaxed);
 }
 
+std::atomic<bool>& fp8_slot() {
+  static std::atomic<bool> on{env_is("BLOOMERY_CUDA_GEMV_TC_FP8", "1")};
+  return on;
+}
+
+bool fp8_on_tc() {
+  return fp8_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemv_tc_fp8(bool on) {
+  fp8_slot().store(on, std::memory_order_relaxed);
+}
+
 bool gemv_tc_fits(const DeviceWeight& w, const float* x, int T) {
-  return w.format == FormatId::BF16 && T >= 1 && T <= kGemvMaxRows && w.cols >= 2 * kChunk &&
-         w.cols % kChunk == 0 && w.cols <= (1u << 30) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  bool format_fits = false;
+  int min_rows = kGemvMaxRows + 1;
+  switch (w.format) {
+    case FormatId::BF16:
+      format_fits = true, min_rows = kGemvTcMinRowsBf16;
+      break;
+    case FormatId::MXFP8:
+    case FormatId::FP8_TENSOR:
+    case FormatId::FP8_CHANNEL:
+      format_fits = fp8_on_tc();
+      break;
+    case FormatId::FP8_BLOCK:  // a chunk inside one tile: tiles a multiple of 32 wide
+      format_fits = fp8_on_tc() && w.block_k > 0 && w.block_k % kChunk == 0 && w.block_n > 0;
+      break;
+    default:
+      break;
+  }
+  if (format_fits && w.format != FormatId::BF16) min_rows = w.rows * w.cols >= kGemvTcFp8OneRowElems ? 1 : 2;
+  return format_fits && T >= min_rows && T <= kGemvMaxRows && w.cols >= 2 * kChunk && w.cols % kChunk == 0 &&
+         w.cols <= (1u << 30) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
 void gemv_tc_product(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
@@ -374,38 +561,42 @@ void gemv_tc_product(const DeviceWeight& w, int64_t row0, int64_t n, const float
   a.ck = pl.CK;
   const unsigned blocks = add_product(a, w, row0, n, y, e, pl, 0);
   opt_in_smem();
-  launch(a, blocks, stage_bytes(T, pl.KWc), x, T, s);
-  BLOOMERY_CUDA_CHECK_LAUNCH("gemv_tc BF16 " + shape_of(w, T) + " rows " + std::to_string(row0) + "+" +
-                             std::to_string(n) + " splits " + std::to_string(pl.S));
+  launch(tc_kind(w.format), a, blocks, stage_bytes(T, pl.KWc), x, T, s);
+  BLOOMERY_CUDA_CHECK_LAUNCH("gemv_tc " + std::string(format_name(w.format)) + " " + shape_of(w, T) +
+                             " rows " + std::to_string(row0) + "+" + std::to_string(n) + " splits " +
+                             std::to_string(pl.S));
 }
 
 void gemv_tc_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
-  // A launch has one cluster size: one launch per size present, up to kGroupMax products each, in order.
+  // A launch has one element kind and one cluster size: one launch per pair present, up to kGroupMax products
+  // each, in order.
   opt_in_smem();
   std::vector<Plan> plans;
   for (const GemvProduct& p : ps)
     plans.push_back(plan_for(static_cast<int64_t>(p.w.rows), static_cast<int>(p.w.cols), T));
-  for (int ck = 1; ck <= kMaxSplits / kWarps; ck *= 2) {
-    TcArgs a{};
-    a.ck = ck;
-    unsigned blocks = 0;
-    size_t smem = 0;
-    const auto flush = [&] {
-      if (a.count == 0) return;
-      launch(a, blocks, smem, x, T, s);
-      BLOOMERY_CUDA_CHECK_LAUNCH("gemv_tc group of " + std::to_string(a.count) + " products, first " +
-                                 shape_of(a.p[0].w, T) + " cluster " + std::to_string(ck));
-      a.count = 0, blocks = 0, smem = 0;
-    };
-    for (size_t i = 0; i < ps.size(); ++i) {
-      if (plans[i].CK != ck) continue;
-      if (a.count == kGroupMax) flush();
-      blocks =
-          add_product(a, ps[i].w, 0, static_cast<int64_t>(ps[i].w.rows), ps[i].y, ps[i].e, plans[i], blocks);
-      smem = std::max(smem, stage_bytes(T, plans[i].KWc));
+  for (const TcKind kind : {TcKind::Bf16, TcKind::Fp8, TcKind::Fp8Serial})
+    for (int ck = 1; ck <= kMaxSplits / kWarps; ck *= 2) {
+      TcArgs a{};
+      a.ck = ck;
+      unsigned blocks = 0;
+      size_t smem = 0;
+      const auto flush = [&] {
+        if (a.count == 0) return;
+        launch(kind, a, blocks, smem, x, T, s);
+        BLOOMERY_CUDA_CHECK_LAUNCH("gemv_tc group of " + std::to_string(a.count) + " products, first " +
+                                   std::string(format_name(a.p[0].w.format)) + " " + shape_of(a.p[0].w, T) +
+                                   " cluster " + std::to_string(ck));
+        a.count = 0, blocks = 0, smem = 0;
+      };
+      for (size_t i = 0; i < ps.size(); ++i) {
+        if (plans[i].CK != ck || tc_kind(ps[i].w.format) != kind) continue;
+        if (a.count == kGroupMax) flush();
+        blocks = add_product(a, ps[i].w, 0, static_cast<int64_t>(ps[i].w.rows), ps[i].y, ps[i].e, plans[i],
+                             blocks);
+        smem = std::max(smem, stage_bytes(T, plans[i].KWc));
+      }
+      flush();
     }
-    flush();
-  }
 }
 
 }  // namespace bloomery::cuda
