@@ -378,6 +378,16 @@ double tc_worst(const std::vector<float>& y, const std::vector<float>& x, const 
   return worst;
 }
 
+// tc_worst of y = x · W[row0 : row0 + n]ᵀ (matmul_rows, y poisoned with NaN first) for x of T rows.
+double tc_rows_worst(cuda::CudaBackend& gpu, const Weight& wg, const std::vector<float>& decoded,
+                     const std::vector<float>& x, int64_t K, int64_t T, int64_t row0, int64_t n,
+                     std::string* at) {
+  Tensor xg = gpu.upload(x, {T, K}), y = gpu.alloc({T, n});
+  gpu.fill(y, NAN);
+  gpu.matmul_rows(y, xg, wg, row0, n);
+  return tc_worst(gpu.download(y), x, decoded, T, row0, n, K, at);
+}
+
 // Every step shape at T = 1..8: the tensor-core product is within kTcBound of the reference, every element
 // written (the output poisoned with NaN before each run), and a second run gives the same bits. Also a block
 // of rows (matmul_rows: row0 > 0, an odd count).
@@ -408,13 +418,8 @@ TEST_F(CudaLinear, GemvTcMatchesReferenceAtStepShapes) {
     }
     if (cs.n < 300 || cs.n > 20000) continue;
     for (int64_t T : {1, 5}) {  // rows 128 .. n − 75
-      const int64_t row0 = 128, n = cs.n - 203;
-      const auto x = randn(T * cs.k);
-      Tensor xg = gpu_->upload(x, {T, cs.k}), y = gpu_->alloc({T, n});
-      gpu_->fill(y, NAN);
-      gpu_->matmul_rows(y, xg, wg, row0, n);
       std::string at;
-      EXPECT_LE(tc_worst(gpu_->download(y), x, s->decoded, T, row0, n, cs.k, &at), 1.0)
+      EXPECT_LE(tc_rows_worst(*gpu_, wg, s->decoded, randn(T * cs.k), cs.k, T, 128, cs.n - 203, &at), 1.0)
           << shape << " rows 128+ T=" << T << " " << at;
     }
   }
@@ -453,13 +458,9 @@ TEST_F(CudaLinear, GemvTcFp8MatchesReference) {
       }
       if (cs.n < 300) continue;
       for (int64_t T : {1, 5}) {  // rows 128 .. n − 75 (FP8 block: a row block starting inside no tile edge)
-        const int64_t row0 = 128 + (f == FormatId::FP8_BLOCK ? 8 : 0), n = cs.n - 203;
-        const auto x = randn(T * cs.k);
-        Tensor xg = gpu_->upload(x, {T, cs.k}), y = gpu_->alloc({T, n});
-        gpu_->fill(y, NAN);
-        gpu_->matmul_rows(y, xg, wg, row0, n);
+        const int64_t row0 = 128 + (f == FormatId::FP8_BLOCK ? 8 : 0);
         std::string at;
-        EXPECT_LE(tc_worst(gpu_->download(y), x, s->decoded, T, row0, n, cs.k, &at), 1.0)
+        EXPECT_LE(tc_rows_worst(*gpu_, wg, s->decoded, randn(T * cs.k), cs.k, T, row0, cs.n - 203, &at), 1.0)
             << shape << " rows " << row0 << "+ T=" << T << " " << at;
       }
     }

@@ -57,6 +57,7 @@
 #include <algorithm>
 #include <atomic>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "backend/cuda/cuda_check.h"
@@ -94,24 +95,10 @@ constexpr bool is_fp8(TcKind k) {
 // leaves the memory idle); BF16 loads the next batch after using one (measured as kept, docs/performance.md).
 template <TcKind KD>
 struct TcLoad {
-  using Bits = uint4;
-  static constexpr int kAhead = 4;
-  static constexpr int kBuffers = 1;
-  static constexpr int kElemBytes = 2;
-};
-template <>
-struct TcLoad<TcKind::Fp8> {
-  using Bits = uint2;
-  static constexpr int kAhead = 4;
-  static constexpr int kBuffers = 2;
-  static constexpr int kElemBytes = 1;
-};
-template <>
-struct TcLoad<TcKind::Fp8Serial> {
-  using Bits = uint2;
-  static constexpr int kAhead = 8;
-  static constexpr int kBuffers = 1;
-  static constexpr int kElemBytes = 1;
+  using Bits = std::conditional_t<is_fp8(KD), uint2, uint4>;
+  static constexpr int kElemBytes = is_fp8(KD) ? 1 : 2;
+  static constexpr int kBuffers = KD == TcKind::Fp8 ? 2 : 1;
+  static constexpr int kAhead = KD == TcKind::Fp8Serial ? 8 : 4;
 };
 
 TcKind tc_kind(FormatId f) {
