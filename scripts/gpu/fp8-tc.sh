@@ -46,7 +46,7 @@ case "${1:-check}" in
       --gtest_filter='CudaLinear.GemvTc*:CudaLinear.StoredFormats*:CudaLinear.Gemv*Equal*:BlockOps.*:-*Bandwidth*' \
       > $out/gemv-tests.txt 2>&1
     echo "gemv tests rc=$?"; grep -E "FAILED|PASSED|Failure" $out/gemv-tests.txt | head
-    for serial in 0 1; do  # two batches of 4 chunks in flight (the default) against one of 8
+    for serial in ${SERIALS:-0 1}; do  # two batches of 4 chunks in flight (the default) against one of 8
       BLOOMERY_CUDA_GEMV_TC_FP8_SERIAL=$serial timeout 100 $B/bin/test_gpu --gtest_filter='CudaLinear.GemvTcBandwidth' \
         > $out/gemv-tc-bandwidth-serial$serial.txt 2>&1
       echo "bandwidth serial=$serial rc=$?"
