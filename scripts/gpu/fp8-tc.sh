@@ -5,7 +5,7 @@
 #   check: the GPU suite (GoldenCuda, CudaOps.DrawLastRowsAreTheSamplersDrawsRowByRow and
 #          CudaLinear.GemvTcFp8MatchesReference in it), test_golden, the SpecDecode tests on the card, `run
 #          --tp 2` with drafting over the one-GPU loopback against TP 1, and the MXFP8 GEMV bandwidth sweep;
-#   ab:    the GEMV tests on the final code, the MXFP8 sweep with one and two batches in flight, main's binary
+#   ab:    the GEMV tests on the final code, the MXFP8 sweep, main's binary
 #          (.devcarry-all/main.txz) against this tree's, process by process, three rounds, the qad layout at
 #          C = 1 and 4 (the nvidia layout has no FP8 GEMV product), then the BF16 noise of every fixture
 #          (reference/fixtures/bf16_noise.py, the CUDA accuracy gate's calibration).
@@ -40,18 +40,13 @@ case "${1:-check}" in
     echo "bandwidth rc=$?"; grep -E "^\[gemv-tc\] MXFP8" $out/gemv-tc-bandwidth.txt | grep -E "T=(1|4):" | head -30
     pack
     ;;
-  ab)  # about 8 minutes; the FP8 path is off by default until this A/B keeps it
-    export BLOOMERY_CUDA_GEMV_TC_FP8=1
+  ab)  # about 8 minutes
     timeout 90 $B/bin/test_gpu --gtest_brief=1 \
       --gtest_filter='CudaLinear.GemvTc*:CudaLinear.StoredFormats*:CudaLinear.Gemv*Equal*:BlockOps.*:-*Bandwidth*' \
       > $out/gemv-tests.txt 2>&1
     echo "gemv tests rc=$?"; grep -E "FAILED|PASSED|Failure" $out/gemv-tests.txt | head
-    for serial in ${SERIALS:-0 1}; do  # two batches of 4 chunks in flight (the default) against one of 8
-      BLOOMERY_CUDA_GEMV_TC_FP8_SERIAL=$serial timeout 100 $B/bin/test_gpu --gtest_filter='CudaLinear.GemvTcBandwidth' \
-        > $out/gemv-tc-bandwidth-serial$serial.txt 2>&1
-      echo "bandwidth serial=$serial rc=$?"
-      grep -E "^\[gemv-tc\] MXFP8" $out/gemv-tc-bandwidth-serial$serial.txt | grep -E "T=(1|4):" | head -16
-    done
+    timeout 100 $B/bin/test_gpu --gtest_filter='CudaLinear.GemvTcBandwidth' > $out/gemv-tc-bandwidth.txt 2>&1
+    echo "bandwidth rc=$?"; grep -E "^\[gemv-tc\] MXFP8" $out/gemv-tc-bandwidth.txt | grep -E "T=(1|4):" | head -16
     pack
     ab_processes ab-rounds.txt 70 "${q[@]}" -c 1,4 -r 1
     pack

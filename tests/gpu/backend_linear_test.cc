@@ -426,11 +426,11 @@ TEST_F(CudaLinear, GemvTcMatchesReferenceAtStepShapes) {
 }
 
 // The FP8 family on the tensor cores (E4M3 weights exact in bf16, the scale applied to each 32-element
-// partial sum; one row only for products of 2^24 elements and more, here MXFP8 [10240, 2560], the others on
-// the split-K kernel): every FP8 format at the step's shapes whose K it can take, T = 1..8, within the same
-// bound (the weights are unrounded, so only the activation split and f32 sums differ from Σ x·w), every
-// element written, a second run bit for bit, and a block of rows. MXFP8's scale bytes span 2^-7..2^3 and FP8
-// block's f32 tile scales differ per 128 × 128 tile, so a scale applied to the wrong chunk or row is caught.
+// partial sum; one row of x stays on the split-K kernel): every FP8 format at the step's shapes whose K it
+// can take, T = 1..8, within the same bound (the weights are unrounded, so only the activation split and f32
+// sums differ from Σ x·w), every element written, a second run bit for bit, and a block of rows. MXFP8's
+// scale bytes span 2^-7..2^3 and FP8 block's f32 tile scales differ per 128 × 128 tile, so a scale applied to
+// the wrong chunk or row is caught.
 TEST_F(CudaLinear, GemvTcFp8MatchesReference) {
   TcSwitch on(true);
   const TcShape shapes[] = {{10240, 2560}, {2560, 6144}, {640, 2560}, {48, 2560}, {4, 10240},

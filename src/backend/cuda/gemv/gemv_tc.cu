@@ -25,8 +25,8 @@
 // for that chunk (an MX block is exactly a chunk): the weight stays unrounded, the scale is applied to each
 // 32-element partial sum as the split-K kernel applies it to each 16-element one. Why: the split-K kernel
 // reads an MXFP8 row at about a quarter of the copy rate, bound by reloading 64 bytes of f32 x per 16 weight
-// bytes through L1 (docs/performance.md); here x comes once per block from shared memory. FP8 takes this
-// kernel from two rows of x, and from one for large products (BF16 from two; gemv_tc.h).
+// bytes through L1 (docs/performance.md); here x comes once per block from shared memory. Like BF16, FP8
+// takes this kernel from two rows of x (gemv_tc.h).
 //
 // Layout. A warp owns a tile of 16 weight rows; lane (g = lane / 4, t = lane % 4) reads rows g and g + 8. A
 // "chunk" is 32 k: lane t loads elements [8t, 8t + 8) of it with one 16-byte load per row, so a lane group
@@ -82,9 +82,7 @@ constexpr int kStageBytes = 48 * 1024;  // staged x window per block: 4 blocks o
 constexpr int kGroupMax = 4;
 
 // The stored element widths the kernel reads: BF16, and the FP8 family (E4M3 with a scale per chunk).
-// Fp8Serial: FP8 with one batch of 8 chunks in flight and none while it is used (a measured alternative to
-// Fp8's two batches of 4, BLOOMERY_CUDA_GEMV_TC_FP8_SERIAL=1).
-enum class TcKind { Bf16, Fp8, Fp8Serial };
+enum class TcKind { Bf16, Fp8 };
 constexpr bool is_fp8(TcKind k) {
   return k != TcKind::Bf16;
 }
@@ -98,12 +96,11 @@ struct TcLoad {
   using Bits = std::conditional_t<is_fp8(KD), uint2, uint4>;
   static constexpr int kElemBytes = is_fp8(KD) ? 1 : 2;
   static constexpr int kBuffers = KD == TcKind::Fp8 ? 2 : 1;
-  static constexpr int kAhead = KD == TcKind::Fp8Serial ? 8 : 4;
+  static constexpr int kAhead = 4;
 };
 
 TcKind tc_kind(FormatId f) {
-  static const bool serial = env_is("BLOOMERY_CUDA_GEMV_TC_FP8_SERIAL", "1");
-  return f == FormatId::BF16 ? TcKind::Bf16 : (serial ? TcKind::Fp8Serial : TcKind::Fp8);
+  return f == FormatId::BF16 ? TcKind::Bf16 : TcKind::Fp8;
 }
 
 // One product of a launch: its weight, output, epilogue, rows and split, and its first block.
@@ -458,10 +455,8 @@ void launch(TcKind kind, const TcArgs& a, unsigned blocks, size_t smem, const fl
             cudaStream_t s) {
   if (kind == TcKind::Bf16)
     launch<TcKind::Bf16>(a, blocks, smem, x, T, s);
-  else if (kind == TcKind::Fp8)
-    launch<TcKind::Fp8>(a, blocks, smem, x, T, s);
   else
-    launch<TcKind::Fp8Serial>(a, blocks, smem, x, T, s);
+    launch<TcKind::Fp8>(a, blocks, smem, x, T, s);
 }
 
 // A window of kStageBytes plus the static partials passes the 48 KB a launch gets without asking (plan_for
@@ -471,10 +466,6 @@ void opt_in_smem() {
   opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2, TcKind::Bf16>), kStageBytes, "gemv_tc");
   opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1, TcKind::Fp8>), kStageBytes, "gemv_tc");
   opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2, TcKind::Fp8>), kStageBytes, "gemv_tc");
-  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<1, TcKind::Fp8Serial>), kStageBytes,
-                       "gemv_tc");
-  opt_in_shared_memory(reinterpret_cast<const void*>(gemv_tc_k<2, TcKind::Fp8Serial>), kStageBytes,
-                       "gemv_tc");
 }
 
 // Adds a product to a launch's arguments; returns the launch's blocks after it.
@@ -506,7 +497,7 @@ void set_gemv_tc(bool on) {
 }
 
 std::atomic<bool>& fp8_slot() {
-  static std::atomic<bool> on{env_is("BLOOMERY_CUDA_GEMV_TC_FP8", "1")};
+  static std::atomic<bool> on{!env_is("BLOOMERY_CUDA_GEMV_TC_FP8", "0")};
   return on;
 }
 
@@ -520,10 +511,9 @@ void set_gemv_tc_fp8(bool on) {
 
 bool gemv_tc_fits(const DeviceWeight& w, const float* x, int T) {
   bool format_fits = false;
-  int min_rows = kGemvMaxRows + 1;
   switch (w.format) {
     case FormatId::BF16:
-      format_fits = true, min_rows = kGemvTcMinRowsBf16;
+      format_fits = true;
       break;
     case FormatId::MXFP8:
     case FormatId::FP8_TENSOR:
@@ -536,9 +526,8 @@ bool gemv_tc_fits(const DeviceWeight& w, const float* x, int T) {
     default:
       break;
   }
-  if (format_fits && w.format != FormatId::BF16) min_rows = w.rows * w.cols >= kGemvTcFp8OneRowElems ? 1 : 2;
-  return format_fits && T >= min_rows && T <= kGemvMaxRows && w.cols >= 2 * kChunk && w.cols % kChunk == 0 &&
-         w.cols <= (1u << 30) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  return format_fits && T >= kGemvTcMinRows && T <= kGemvMaxRows && w.cols >= 2 * kChunk &&
+         w.cols % kChunk == 0 && w.cols <= (1u << 30) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
 
 void gemv_tc_product(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
@@ -561,7 +550,7 @@ void gemv_tc_group(std::span<const GemvProduct> ps, const float* x, int T, cudaS
   std::vector<Plan> plans;
   for (const GemvProduct& p : ps)
     plans.push_back(plan_for(static_cast<int64_t>(p.w.rows), static_cast<int>(p.w.cols), T));
-  for (const TcKind kind : {TcKind::Bf16, TcKind::Fp8, TcKind::Fp8Serial})
+  for (const TcKind kind : {TcKind::Bf16, TcKind::Fp8})
     for (int ck = 1; ck <= kMaxSplits / kWarps; ck *= 2) {
       TcArgs a{};
       a.ck = ck;
