@@ -1,6 +1,6 @@
 // The CUDA accuracy gate (docs/accuracy.md, "The CUDA gate"; issue 15): the bands a fixture folder's engine
 // logits are held to, calibrated by transformers' own BF16 forward against its f32 forward on the goldens'
-// teacher-forced inputs (tests/fixtures/goldens/bf16_noise.json, written by
+// teacher-forced inputs (tests/fixtures/calibration/bf16_noise.json, written by
 // reference/fixtures/bf16_noise.py). Without a calibration for the folder the bands stay the fixed ones
 // below, which are never looser.
 #pragma once

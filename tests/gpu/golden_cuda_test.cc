@@ -5,7 +5,7 @@
 // the draft (MTP) layer's logits: mean KL(reference ‖ cuda) ≤ max(1e-3, 2 × transformers' BF16-vs-f32 mean
 // KL) and top-1 agreement ≥ that BF16 forward's − 1 point. Free-running greedy: the 32-token continuation
 // identical up to the first token whose f32 reference top-2 margin is below δ = 2 × the BF16 forward's
-// largest logit error. A folder without a calibration in tests/fixtures/goldens/bf16_noise.json keeps the
+// largest logit error. A folder without a calibration in tests/fixtures/calibration/bf16_noise.json keeps the
 // fixed bands (mean KL ≤ 1e-3, top-1 ≥ 99 %, all 32 greedy tokens identical) and says so. qwen3_next,
 // qwen4_exp and glm5_next must run on the card (a missing op is a failure there); other families the card
 // cannot run yet are skipped with the op named, never passed.
@@ -229,7 +229,7 @@ Loaded& load(const std::string& folder) {
   slot->cpu.lm = load_model(dir, *slot->cpu.backend);
   slot->cpu.engine = std::make_unique<Engine>(*slot->cpu.backend, *slot->cpu.lm->model);
   slot->golden = test::read_goldens((fixtures_dir() / "goldens" / (folder + ".safetensors")).string());
-  const fs::path noise = fixtures_dir() / "goldens" / "bf16_noise.json";
+  const fs::path noise = fixtures_dir() / "calibration" / "bf16_noise.json";
   try {
     slot->gate = test::gate_for(test::read_bf16_noise(noise, "models", folder), folder, noise.string());
     std::printf("    %s\n", slot->gate.line.c_str());
