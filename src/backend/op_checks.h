@@ -118,6 +118,21 @@ inline void check_attention_args(const Tensor& out, const Tensor& q, const Tenso
   BLOOMERY_NEED(q0 >= 0 && q0 + T <= S, "attention", "queries within the keys",
                 std::to_string(q0) + "+" + std::to_string(T));
   if (allowed) BLOOMERY_NEED(allowed->numel() == T * S, "attention", "allowed [T, S]", allowed->shape_str());
+  // The caches are f32 or BF16 (-ctk/-ctv), K and V alike; queries, mask and output are f32.
+  BLOOMERY_NEED(k.type() == v.type() && k.type() != ElemType::I32, "attention",
+                "k and v both f32 or both bf16",
+                std::string(elem_name(k.type())) + " and " + elem_name(v.type()));
+  BLOOMERY_NEED(q.type() == ElemType::F32 && out.type() == ElemType::F32, "attention", "f32 q and out",
+                std::string(elem_name(q.type())) + " and " + elem_name(out.type()));
+}
+
+// copy(dst, src): the same element type, or f32 <-> bf16 (rounded to nearest even / widened exactly).
+inline void check_copy_types(const Tensor& dst, const Tensor& src) {
+  const bool same = dst.type() == src.type();
+  const bool widen_or_round = (dst.type() == ElemType::BF16 && src.type() == ElemType::F32) ||
+                              (dst.type() == ElemType::F32 && src.type() == ElemType::BF16);
+  BLOOMERY_NEED(same || widen_or_round, "copy", "the same element type, or f32 <-> bf16",
+                std::string(elem_name(src.type())) + " -> " + elem_name(dst.type()));
 }
 
 }  // namespace bloomery

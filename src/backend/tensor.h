@@ -12,10 +12,16 @@
 
 namespace bloomery {
 
-enum class ElemType : uint8_t { F32, I32 };
+// F32 activations and state, I32 ids and indices, BF16 for KV caches (-ctk/-ctv: half the bytes of f32; ops
+// that read a BF16 tensor widen it exactly, ops that write one round to nearest even).
+enum class ElemType : uint8_t { F32, I32, BF16 };
 
 inline size_t elem_size(ElemType t) {
-  return 4;
+  return t == ElemType::BF16 ? 2 : 4;
+}
+
+inline const char* elem_name(ElemType t) {
+  return t == ElemType::F32 ? "f32" : t == ElemType::I32 ? "i32" : "bf16";
 }
 
 // A block of backend memory. `data` is a host pointer for the CPU backend and a device pointer for CUDA; the
@@ -64,11 +70,24 @@ class Tensor {
   // Elements [first, first + count) of dimension 0, all other dimensions kept.
   Tensor slice(int64_t first, int64_t count) const;
 
-  // Raw element pointers, meaningful only on the backend that owns the storage (host pointers on CPU).
+  // Raw element pointers, meaningful only on the backend that owns the storage (host pointers on CPU). A
+  // BF16 tensor has no f32/i32 view: reading its bits as floats is a bug, refused here.
   float* f32() const {
+    if (type_ == ElemType::BF16) throw std::logic_error("Tensor::f32 on a bf16 tensor " + shape_str());
     storage_->settle();
     return static_cast<float*>(storage_->data) + offset_;
   }
+  uint16_t* bf16() const {
+    if (type_ != ElemType::BF16) throw std::logic_error("Tensor::bf16 on a 4-byte tensor " + shape_str());
+    storage_->settle();
+    return static_cast<uint16_t*>(storage_->data) + offset_;
+  }
+  // The first byte of this view, any element type (copies and the card's type-dispatching ops).
+  void* bytes_ptr() const {
+    storage_->settle();
+    return static_cast<char*>(storage_->data) + offset_ * elem_size(type_);
+  }
+  size_t nbytes() const { return static_cast<size_t>(numel()) * elem_size(type_); }
   int32_t* i32() const {
     storage_->settle();
     return static_cast<int32_t*>(storage_->data) + offset_;
@@ -76,7 +95,15 @@ class Tensor {
   // The pointer for an op that writes every element of this tensor before reading any of them. A deferred
   // zero fill is dropped when nothing could ever see it: the tensor covers its whole storage and none of the
   // op's inputs `reads` shares that storage (an in-place op reads the zeros). Otherwise the fill runs.
-  float* out_f32(std::initializer_list<const Tensor*> reads = {}) const { return out_ptr<float>(reads); }
+  float* out_f32(std::initializer_list<const Tensor*> reads = {}) const {
+    if (type_ == ElemType::BF16) throw std::logic_error("Tensor::out_f32 on a bf16 tensor " + shape_str());
+    return out_ptr<float>(reads);
+  }
+  uint16_t* out_bf16(std::initializer_list<const Tensor*> reads = {}) const {
+    if (type_ != ElemType::BF16) throw std::logic_error("Tensor::out_bf16 on a 4-byte tensor " + shape_str());
+    return out_ptr<uint16_t>(reads);
+  }
+  void* out_bytes(std::initializer_list<const Tensor*> reads = {}) const { return out_ptr<void>(reads); }
   int32_t* out_i32(std::initializer_list<const Tensor*> reads = {}) const { return out_ptr<int32_t>(reads); }
 
   std::string shape_str() const;
@@ -93,7 +120,8 @@ class Tensor {
       else
         storage_->settle();
     }
-    return static_cast<T*>(storage_->data) + offset_;
+    return static_cast<T*>(
+        static_cast<void*>(static_cast<char*>(storage_->data) + offset_ * elem_size(type_)));
   }
 
   std::shared_ptr<Storage> storage_;

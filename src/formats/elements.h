@@ -87,6 +87,12 @@ inline float e8m0(uint8_t b) {
 inline float bf16(uint16_t bits) {
   return std::bit_cast<float>(uint32_t(bits) << 16);
 }
+// f32 -> BF16 bits, rounded to nearest even (as __float2bfloat16_rn and torch); NaN stays a quiet NaN.
+inline uint16_t bf16_rne(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
 inline float f16(uint16_t bits) {
   return std::bit_cast<float>(detail::f16_bits_to_f32_bits(bits));
 }

@@ -38,6 +38,9 @@ struct ModelConfig {
   // cuts, and sums its row-parallel partials through `comm` (null when tp_size is 1).
   int tp_rank = 0, tp_size = 1;
   Communicator* comm = nullptr;
+  // Element type of the attention K/V caches (-ctk/-ctv): F32 (the reference path) or BF16. The other state
+  // (recurrent, conv, indexer keys, GLM's MLA latent) stays f32.
+  ElemType kv_type = ElemType::F32;
 };
 
 // One tensor a family needs. Shapes are logical (dequantised) shapes derived from config.json.

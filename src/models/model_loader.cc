@@ -114,6 +114,7 @@ std::unique_ptr<LoadedModel> prepare_model(const std::filesystem::path& folder, 
   lm->config.tp_rank = options.tp_rank;
   lm->config.tp_size = options.tp_size;
   lm->config.comm = options.comm;
+  lm->config.kv_type = options.kv_type;
   lm->model = create_model(lm->config);
   lm->checkpoint = resolve_checkpoint(*lm->source, lm->warnings);
   const std::vector<TensorDecl> decls = lm->model->declare();

@@ -41,6 +41,8 @@ struct LoadOptions {
   // --spec-type draft-mtp: refuse (E_SPEC_NO_DRAFT, before any allocation) a checkpoint whose draft layer
   // is missing or, under TP, cannot be cut.
   bool require_draft = false;
+  // The attention K/V caches' element type (-ctk/-ctv, models/kv_cache_type.h): the memory plan counts it.
+  ElemType kv_type = ElemType::F32;
 };
 
 // One weight to load, as the plan saw it.

@@ -124,16 +124,16 @@ class Qwen3Next final : public BatchedModel {
     const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
     for (int64_t i = 0; i < c_.L; ++i) {
       if (c_.attn[i]) {
-        st->kc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}));
-        st->vc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}));
+        st->kc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}, mc_.kv_type));
+        st->vc.push_back(be.alloc({capacity, c_.Hkv, c_.hd}, mc_.kv_type));
       } else {
         st->conv.push_back(be.alloc({conv_dim, c_.conv_k - 1}));
         st->rec.push_back(be.alloc({c_.Hv, c_.dk, c_.dv}));
       }
     }
     if (info_.has_draft) {
-      st->draft_k = be.alloc({capacity, c_.Hkv, c_.hd});
-      st->draft_v = be.alloc({capacity, c_.Hkv, c_.hd});
+      st->draft_k = be.alloc({capacity, c_.Hkv, c_.hd}, mc_.kv_type);
+      st->draft_v = be.alloc({capacity, c_.Hkv, c_.hd}, mc_.kv_type);
     }
     return st;
   }
@@ -168,14 +168,18 @@ class Qwen3Next final : public BatchedModel {
   // The bytes new_state(capacity) allocates: the same tensors, counted.
   uint64_t state_bytes(int64_t capacity) const override {
     const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
-    int64_t elems = 0;
-    for (int64_t i = 0; i < c_.L; ++i)
-      elems +=
-          c_.attn[i] ? 2 * capacity * c_.Hkv * c_.hd : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+    int64_t elems = 0, kv_elems = 0;  // f32 state, K/V cache elements (kv_type)
+    for (int64_t i = 0; i < c_.L; ++i) {
+      if (c_.attn[i])
+        kv_elems += 2 * capacity * c_.Hkv * c_.hd;
+      else
+        elems += conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+    }
     // Before bind the MTP layer counts as present when the config declares one (the checkpoint may not ship
     // it).
-    if (info_.has_draft || (!bound_ && c_.mtp_layers > 0)) elems += 2 * capacity * c_.Hkv * c_.hd;
-    return static_cast<uint64_t>(elems) * sizeof(float);
+    if (info_.has_draft || (!bound_ && c_.mtp_layers > 0)) kv_elems += 2 * capacity * c_.Hkv * c_.hd;
+    return static_cast<uint64_t>(elems) * sizeof(float) +
+           static_cast<uint64_t>(kv_elems) * elem_size(mc_.kv_type);
   }
 
   // Every token-wise op runs over the rows of all entries at once ([ΣT, D]); the token mixers run per entry
@@ -432,11 +436,13 @@ class Qwen3Next final : public BatchedModel {
     be.rms_norm(k, k, lw.k_norm, c_.eps, NormKind::OnePlus, hd);
     Tensor o = be.alloc({T, H, hd});
     for (const KvSlot& s : slots) {
-      Tensor qs = q.slice(s.r0, s.T), kd = s.kc.slice(s.q0, s.T), vd = s.vc.slice(s.q0, s.T);
-      be.copy(kd, k.slice(s.r0, s.T));
-      be.copy(vd, v.slice(s.r0, s.T));
+      // RoPE on the f32 rows, then the cache write (rounded where the cache is BF16).
+      Tensor qs = q.slice(s.r0, s.T), ks = k.slice(s.r0, s.T), kd = s.kc.slice(s.q0, s.T),
+             vd = s.vc.slice(s.q0, s.T);
       be.rope(qs, *s.pos, c_.rope);
-      be.rope(kd, *s.pos, c_.rope);
+      be.rope(ks, *s.pos, c_.rope);
+      be.copy(kd, ks);
+      be.copy(vd, v.slice(s.r0, s.T));
       Tensor os = o.slice(s.r0, s.T);
       be.attention(os, qs, s.kc.slice(0, s.q0 + s.T), s.vc.slice(0, s.q0 + s.T), s.q0,
                    1.0f / std::sqrt(static_cast<float>(hd)));

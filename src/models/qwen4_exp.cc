@@ -280,15 +280,19 @@ class Qwen4Exp final : public BatchedModel {
   // upper bound: the optional draft layer's cache is counted.
   uint64_t state_bytes(int64_t capacity) const override {
     const int64_t conv_dim = 2 * c_.Hk * c_.dk + c_.Hv * c_.dv;
-    int64_t elems = 0;
+    int64_t elems = 0;  // f32 state
+    uint64_t caches = 0;
     for (int64_t l = 0; l < c_.L; ++l) {
-      elems += c_.attn[l] ? qsa_cache_elems(capacity) : conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
+      if (c_.attn[l])
+        caches += qsa_cache_bytes(capacity);
+      else
+        elems += conv_dim * (c_.conv_k - 1) + c_.Hv * c_.dk * c_.dv;
       if (ple_index(l) >= 0) elems += c_.n * c_.D * (c_.ple_conv_k - 1) * c_.ngram_size;
     }
     // Before bind the draft layer counts as present (it is declared; the checkpoint may not ship it, or its
     // cuts may not fit the stored formats under TP).
-    if (draft_.present || !bound_) elems += qsa_cache_elems(capacity + 1);
-    return static_cast<uint64_t>(elems) * sizeof(float);
+    if (draft_.present || !bound_) caches += qsa_cache_bytes(capacity + 1);
+    return static_cast<uint64_t>(elems) * sizeof(float) + caches;
   }
 
   // The PLE rows forward(state, ids) will gather, layer by layer, handed to the backend ahead of time. Works
@@ -540,14 +544,16 @@ class Qwen4Exp final : public BatchedModel {
                               c_.ngram_base, c_.ngram_div, c_.seed, pi, c_.eos);
   }
 
-  int64_t qsa_cache_elems(int64_t cap) const {
-    return 2 * cap * c_.Hkv * c_.hd + cap * c_.dI + (cap / c_.compress + 1) * c_.dI;
+  // A QSA layer's cache bytes: K and V in kv_type, the indexer's keys and block keys in f32.
+  uint64_t qsa_cache_bytes(int64_t cap) const {
+    return static_cast<uint64_t>(2 * cap * c_.Hkv * c_.hd) * elem_size(mc_.kv_type) +
+           static_cast<uint64_t>(cap * c_.dI + (cap / c_.compress + 1) * c_.dI) * sizeof(float);
   }
 
   QsaCache new_qsa_cache(Backend& be, int64_t cap) const {
     QsaCache q;
-    q.K = be.alloc({cap, c_.Hkv, c_.hd});
-    q.V = be.alloc({cap, c_.Hkv, c_.hd});
+    q.K = be.alloc({cap, c_.Hkv, c_.hd}, mc_.kv_type);
+    q.V = be.alloc({cap, c_.Hkv, c_.hd}, mc_.kv_type);
     q.raw = be.alloc({cap, c_.dI});
     q.blocks = be.alloc({cap / c_.compress + 1, c_.dI});
     return q;
@@ -749,10 +755,12 @@ class Qwen4Exp final : public BatchedModel {
       be.qsa_index_append(cache.raw, cache.blocks, kraw.slice(s.r0, s.T), s.slot0, *w.idx_k_norm, spec);
       Tensor allowed = be.alloc({s.T, S});
       *s.ties += be.qsa_index_select(allowed, qis, cache.blocks, s.slot0, spec);
-      Tensor qs = q.slice(s.r0, s.T), kd = cache.K.slice(s.slot0, s.T), vd = cache.V.slice(s.slot0, s.T);
+      // RoPE on the f32 rows, then the cache write (rounded where the cache is BF16).
+      Tensor qs = q.slice(s.r0, s.T), ks = k.slice(s.r0, s.T), kd = cache.K.slice(s.slot0, s.T),
+             vd = cache.V.slice(s.slot0, s.T);
       be.rope(qs, *s.pos, rs);
-      be.copy(kd, k.slice(s.r0, s.T));
-      be.rope(kd, *s.pos, rs);
+      be.rope(ks, *s.pos, rs);
+      be.copy(kd, ks);
       be.copy(vd, v.slice(s.r0, s.T));
       Tensor os = o.slice(s.r0, s.T);
       be.attention(os, qs, cache.K.slice(0, S), cache.V.slice(0, S), s.slot0,

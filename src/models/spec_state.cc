@@ -16,10 +16,10 @@ void spec_begin(SequenceState& st, int64_t p0, int64_t T) {
 
 Tensor spec_fork(Backend& be, SequenceState& st, Tensor& slot) {
   if (!st.spec.active) return slot;
-  Tensor copy = be.alloc(slot.shape());
+  Tensor copy = be.alloc(slot.shape(), slot.type());
   be.copy(copy, slot);
   st.spec.swaps.emplace_back(&slot, copy);
-  st.spec.bytes += static_cast<uint64_t>(slot.numel()) * sizeof(float);
+  st.spec.bytes += slot.nbytes();
   return copy;
 }
 
@@ -71,7 +71,7 @@ StateCheckpoint Model::checkpoint(Backend& be, SequenceState& st) const {
     if (p.host) {
       cp.hosts.push_back(*p.host);
     } else if (p.rows < 0) {
-      Tensor c = be.alloc(p.tensor->shape());
+      Tensor c = be.alloc(p.tensor->shape(), p.tensor->type());
       be.copy(c, *p.tensor);
       cp.tensors.push_back(c);
     }
@@ -111,7 +111,7 @@ void Model::copy_state(Backend& be, SequenceState& from, SequenceState& to) cons
           std::to_string(dst.size()));
   auto deep = [&](const Tensor& t) {
     if (!t.defined()) return Tensor();
-    Tensor c = be.alloc(t.shape());
+    Tensor c = be.alloc(t.shape(), t.type());
     be.copy(c, t);
     return c;
   };

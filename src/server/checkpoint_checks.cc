@@ -60,7 +60,8 @@ void check_forward_config(const nlohmann::json& root, const std::filesystem::pat
 }
 
 CheckedCheckpoint check_checkpoint(const std::filesystem::path& folder, std::string_view backend_name,
-                                   const Backend::MemoryInfo& memory, const std::string& chat_template_file) {
+                                   const Backend::MemoryInfo& memory, const std::string& chat_template_file,
+                                   ElemType kv_type) {
   CheckedCheckpoint out;
   // The config's consistency first: prepare_model builds the model object from it.
   const std::filesystem::path cfg = folder / "config.json";
@@ -68,7 +69,9 @@ CheckedCheckpoint check_checkpoint(const std::filesystem::path& folder, std::str
     nlohmann::json j = nlohmann::json::parse(read_text_file(cfg), nullptr, false);
     if (!j.is_discarded()) check_forward_config(j, cfg);
   }
-  out.lm = prepare_model(folder, backend_name, memory);
+  LoadOptions lo;
+  lo.kv_type = kv_type;  // the memory plan counts the caches in their type
+  out.lm = prepare_model(folder, backend_name, memory, lo);
   const std::filesystem::path cfg_dir = out.lm->source->config_dir();
   if (cfg_dir != folder && std::filesystem::exists(cfg_dir / "config.json"))
     check_forward_config(out.lm->source->config(), cfg_dir / "config.json");

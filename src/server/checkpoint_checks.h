@@ -24,9 +24,11 @@ struct CheckedCheckpoint {
   std::optional<ChatTemplate> chat_template;
 };
 
-// Throws bloomery::Error (the first problem, by name). `chat_template_file` overrides the folder's template.
+// Throws bloomery::Error (the first problem, by name). `chat_template_file` overrides the folder's template;
+// kv_type is the K/V caches' element type the memory plan counts (-ctk/-ctv).
 CheckedCheckpoint check_checkpoint(const std::filesystem::path& folder, std::string_view backend_name,
-                                   const Backend::MemoryInfo& memory, const std::string& chat_template_file);
+                                   const Backend::MemoryInfo& memory, const std::string& chat_template_file,
+                                   ElemType kv_type = ElemType::F32);
 
 // What the forward needs of config.json (text_config when present): positive sizes, attention heads that
 // divide, top-k at most the expert count, layer types the families know. E_CFG_FIELD_VALUE naming the field.

@@ -12,6 +12,7 @@
 #include "backend/select/backend_choice.h"
 #include "core/file.h"
 #include "formats/format_table.h"
+#include "models/kv_cache_type.h"
 #include "models/model_loader.h"
 #include "models/model_registry.h"
 #include "models/roles.h"
@@ -59,7 +60,8 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
     mem = cpu::CpuBackend(1).memory_info();
   }
   // Every check serve runs before loading, the same function `bloomery inspect` runs.
-  CheckedCheckpoint checked = check_checkpoint(h->folder_, pick.name, mem, o.chat_template_file);
+  h->kv_type_ = kv_cache_type(o.cache_type_k, o.cache_type_v);
+  CheckedCheckpoint checked = check_checkpoint(h->folder_, pick.name, mem, o.chat_template_file, h->kv_type_);
   h->lm_ = std::move(checked.lm);
   h->tokenizer_ = std::move(checked.tokenizer);
   h->template_ = std::move(checked.chat_template);
@@ -172,6 +174,7 @@ void EngineHost::load_ranks(const SchedulerConfig& config, int threads,
   lo.plan.ubatch = config.n_ubatch;
   // Each rank refuses a draft layer it cannot hold (missing, or not cut by its formats) before allocating.
   lo.require_draft = config.spec.n_max > 0 && !config.spec.ngram;
+  lo.kv_type = kv_type_;
   if (progress) {
     progress(0, 1);
     lo.on_progress = [&progress](uint64_t done, uint64_t total) {

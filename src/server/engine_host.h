@@ -55,6 +55,8 @@ class EngineHost {
   // The engine's backend ("cpu" or "cuda") and what decided it (-dev, or the automatic choice).
   const std::string& backend_name() const { return backend_name_; }
   const std::string& backend_why() const { return backend_why_; }
+  // The K/V caches' element type (-ctk/-ctv).
+  ElemType kv_type() const { return kv_type_; }
   // How decode steps reach the device ("" for the CPU engine or before the backend exists).
   std::string decode_steps() const { return backend_ ? backend_->decode_steps() : std::string(); }
   // Per-slot state bytes for `ctx` tokens: what the model's new_state will allocate (Model::state_bytes;
@@ -106,6 +108,7 @@ class EngineHost {
   CheckpointSummary summary_;
 
   std::string backend_name_ = "cpu", backend_why_;
+  ElemType kv_type_ = ElemType::F32;
   std::unique_ptr<Backend>
       backend_;  // made in prepare for CUDA (its free memory feeds the plan), in load for CPU
   TpLayout layout_;

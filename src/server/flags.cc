@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "models/kv_cache_type.h"
 #include "server/api_keys.h"
 #include "server/suggest.h"
 
@@ -173,16 +174,8 @@ void set_device(std::string& dst, const std::string& flag, const std::string& v)
 }
 
 void set_cache_type(std::string& dst, const std::string& flag, const std::string& v) {
-  if (v == "f16" || v == "bf16") {
-    dst = v;
-    return;
-  }
-  static const std::vector<std::string> known = {"f32",    "q8_0", "q4_0", "q4_1",
-                                                 "iq4_nl", "q5_0", "q5_1", "fp8"};
-  if (std::find(known.begin(), known.end(), v) != known.end())
-    raise("E_FLAG_REFUSED", Where{"", "", flag}, "f16 or bf16", "'" + v + "'",
-          "quantized KV caches are not implemented yet");
-  bad_value(flag, "f16 or bf16", v);
+  check_kv_cache_value(flag, v);  // E_FLAG_REFUSED for quantized caches, E_FLAG_VALUE otherwise
+  dst = v;
 }
 
 // --- llama-server compatibility rows (serving.md §1): flags bloomery accepts for launch scripts' sake. Each
@@ -905,18 +898,18 @@ const std::vector<Flag>& flag_table() {
        "LLAMA_ARG_CACHE_TYPE_K",
        Kind::Value,
        "TYPE",
-       "f16",
-       "KV cache type for K (f16/bf16 accepted, kept in f32 until the BF16 cache lands; quantized types are "
-       "refused until they land)",
+       "auto",
+       "KV cache type for K: auto (the engine's choice: f32 on both engines for now), f16 or bf16 (a BF16 "
+       "cache, half the bytes), f32; one of -ctk/-ctv alone sets both; quantized types are refused",
        [](O& o, auto& f, auto& v) { set_cache_type(o.cache_type_k, f, v); }},
       {{"-ctv", "--cache-type-v"},
        {},
        "LLAMA_ARG_CACHE_TYPE_V",
        Kind::Value,
        "TYPE",
-       "f16",
-       "KV cache type for V (f16/bf16 accepted, kept in f32 until the BF16 cache lands; quantized types are "
-       "refused until they land)",
+       "auto",
+       "KV cache type for V: auto (the engine's choice: f32 on both engines for now), f16 or bf16 (a BF16 "
+       "cache, half the bytes), f32; one of -ctk/-ctv alone sets both; quantized types are refused",
        [](O& o, auto& f, auto& v) { set_cache_type(o.cache_type_v, f, v); }},
       {{"-fa", "--flash-attn"},
        {},
@@ -1289,14 +1282,7 @@ ServerOptions parse_flags(const std::vector<std::string>& args, const EnvLookup&
           "'none'", "drop -sm none or --tp");
   if (o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty())
     o.warnings.push_back(o.split_mode_flag + " tensor with one rank runs as none: give --tp N or --nodes");
-  // The spec maps f16/bf16 to a BF16 KV cache; both engines still keep K and V in f32, so a user's choice
-  // is told rather than silently dropped.
-  if (o.user_set("cache-type-k"))
-    o.warnings.push_back("-ctk/--cache-type-k " + o.cache_type_k +
-                         ": the KV cache is kept in f32 by both engines until the BF16 cache lands");
-  if (o.user_set("cache-type-v"))
-    o.warnings.push_back("-ctv/--cache-type-v " + o.cache_type_v +
-                         ": the KV cache is kept in f32 by both engines until the BF16 cache lands");
+  (void)kv_cache_type(o.cache_type_k, o.cache_type_v);  // K and V of one type, refused by name otherwise
   if (o.user_set("tp-launch") && o.tp_launch != "auto" && !o.nodes.empty())
     o.warnings.push_back("--tp-launch " + o.tp_launch +
                          " has no effect with --nodes (each node is a process)");

@@ -49,8 +49,8 @@ struct ServerOptions {
   bool webui = true;         // accepted; bloomery serves no web UI either way
   std::string chat_template_file;
   std::string device = "auto";  // -dev: auto (CUDA when it can run the family, else CPU), none (CPU), cuda0
-  std::string cache_type_k = "f16";
-  std::string cache_type_v = "f16";
+  std::string cache_type_k = "auto";  // -ctk/-ctv: models/kv_cache_type.h
+  std::string cache_type_v = "auto";
   std::string spec_type = "none";      // --spec-type: none or draft-mtp
   int spec_n_max = 3, spec_n_min = 0;  // --spec-draft-n-max / -n-min
   double spec_p_min = 0.0;             // --spec-draft-p-min

@@ -95,8 +95,9 @@ std::string start_screen(const ServerOptions& o, const EngineHost& host, const S
   // The loader's memory plan (models/memory_plan.h): weights as the engine keeps them, KV/state from the
   // model for every slot, scratch, against the engine's free memory.
   for (const auto& line : memory.lines()) out += "            " + line + "\n";
-  out += fmt::format("            state per slot {} (x {} slots)\n",
-                     human_bytes(host.state_bytes_estimate(plan.n_ctx_slot)), plan.n_slots);
+  out += fmt::format("            state per slot {} (x {} slots; K/V cache in {}, -ctk/-ctv)\n",
+                     human_bytes(host.state_bytes_estimate(plan.n_ctx_slot)), plan.n_slots,
+                     elem_name(host.kv_type()));
   out += fmt::format("slots       {} x {} tokens of context (-c {} over -np {})\n", plan.n_slots,
                      plan.n_ctx_slot, plan.n_ctx_total, plan.n_slots);
   out += fmt::format("batching    -b {} prompt tokens per step, -ub {} per sequence\n", o.batch_size,

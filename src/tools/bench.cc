@@ -23,6 +23,7 @@
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/bench_grammar.h"
+#include "tools/cache_options.h"
 #include "tools/command.h"
 #include "tools/synthetic_model.h"
 #include "tools/tp_options.h"
@@ -135,10 +136,12 @@ struct Roofline {
 
 // With TP (tp_size > 1) it is one rank's: `costs` are that rank's slices, the state its heads'.
 Roofline roofline(const BenchRow& r, const std::vector<WeightCost>& costs, const std::string& family,
-                  const nlohmann::json& text, const std::string& backend, double bw, int tp_size) {
+                  const nlohmann::json& text, const std::string& backend, double bw, int tp_size,
+                  ElemType kv_type) {
   Roofline f;
   const int64_t mean_depth = (r.depth + std::max(r.depth, r.depth_end)) / 2;
-  f.bytes = decode_bytes(costs, family, text, backend, mean_depth, r.conc, tp_size);
+  f.bytes = decode_bytes(costs, family, text, backend, mean_depth, r.conc, tp_size,
+                         static_cast<int>(elem_size(kv_type)));
   const double step_s = percentile(r.ms, 0.5) / 1e3;
   f.gbps = step_s > 0 ? static_cast<double>(f.bytes.total()) / step_s / 1e9 : 0.0;
   f.fraction = bw > 0 ? f.gbps * 1e9 / bw : 0.0;
@@ -244,9 +247,14 @@ int run_bench(int argc, char** argv) {
          "verify rolled back to its depth (rows 'verifyK') and one draft-layer step ('draft'), as "
          "ratios to the tg step")
       ->delimiter(',');
+  KvCacheFlags kv_flags;
+  add_kv_cache_options(app, kv_flags);
   app.add_flag("--json", json, "print JSON instead of a table");
   app.add_option("--json-out", json_out, "also write the JSON to this file, rewritten after every test");
+  respell_kv_cache_flags(argc, argv);
   CLI11_PARSE(app, argc, argv);
+  LoadOptions kv_load;
+  kv_load.kv_type = kv_flags.type();
   // --json-out is rewritten whole after every test, so an interrupted run keeps what it measured.
   auto write_json_out = [&](const nlohmann::json& doc) {
     if (!json_out.empty()) std::ofstream(json_out) << doc.dump(2) << "\n";
@@ -275,7 +283,8 @@ int run_bench(int argc, char** argv) {
                       {"decode", nlohmann::json::array()}};
     for (int64_t d : bp.ds)
       for (int64_t c : bp.cs) {
-        const DecodeBytes b = decode_bytes(sp.costs, sp.family, sp.config.text, "cuda", d, c);
+        const DecodeBytes b = decode_bytes(sp.costs, sp.family, sp.config.text, "cuda", d, c, 1,
+                                           static_cast<int>(elem_size(kv_load.kv_type)));
         pj["decode"].push_back({{"depth", d},
                                 {"concurrent", c},
                                 {"bytes_per_step", b.total()},
@@ -302,7 +311,7 @@ int run_bench(int argc, char** argv) {
     auto make_rank_backend = [&](int n, int rank) { return make_backend(backend_name, n, rank); };
     if (synthetic.empty()) {
       check_backend_runs(backend_name, folder);
-      group = std::make_unique<TpGroup>(tp, folder, LoadOptions{}, make_rank_backend, threads);
+      group = std::make_unique<TpGroup>(tp, folder, kv_load, make_rank_backend, threads);
     } else {
       // Every rank builds its own slices of one random model (synthetic_model.h: the pools are built once
       // per process and seeded, so --nodes processes build the same one); rank 0's costs are the roofline's.
@@ -321,7 +330,7 @@ int run_bench(int argc, char** argv) {
       };
       LoadRank load =
           synthetic_load_rank(std::move(source), synthetic_hooks, rank_threads(tp, threads), keep_report);
-      group = std::make_unique<TpGroup>(tp, std::move(load), LoadOptions{}, make_rank_backend, threads);
+      group = std::make_unique<TpGroup>(tp, std::move(load), kv_load, make_rank_backend, threads);
       sm = std::move(report);
     }
     if (group->follower()) {
@@ -339,6 +348,7 @@ int run_bench(int argc, char** argv) {
   j["backend"] = backend_name;
   j["threads"] = backend->threads();
   j["copy_bandwidth_GBps"] = bw / 1e9;
+  j["kv_cache"] = elem_name(kv_load.kv_type);
 
   std::unique_ptr<LoadedModel> own_lm;
   LoadedModel* lm = group ? &group->model() : nullptr;
@@ -348,7 +358,9 @@ int run_bench(int argc, char** argv) {
   double load_s = 0;
   if (!synthetic.empty()) {
     const SyntheticLayout layout = parse_synthetic_layout(layout_name);
-    if (!group) sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads);
+    if (!group)
+      sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads, 42,
+                           kv_load.kv_type);
     load_s = since(t_load);
     model = group ? group->model().model.get() : sm->model.get();
     costs = sm->costs;
@@ -362,7 +374,7 @@ int run_bench(int argc, char** argv) {
   } else {
     if (!lm) {
       check_backend_runs(backend_name, folder);
-      own_lm = load_model(folder, *backend);
+      own_lm = load_model(folder, *backend, kv_load);
       lm = own_lm.get();
     }
     load_s = since(t_load);
@@ -471,7 +483,7 @@ int run_bench(int argc, char** argv) {
                   {"rollback_ms_median", percentile(r.rollback_ms, 0.5)},
                   {"graph_replayed", r.replayed}});
     } else if (r.test[0] == 't' && !r.skipped) {
-      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size);
+      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size, kv_load.kv_type);
       x.update({{"depth_end", r.depth_end},
                 {"bytes_per_step", f.bytes.total()},
                 {"bytes_per_token", f.bytes.total() / r.conc},
@@ -609,7 +621,7 @@ int run_bench(int argc, char** argv) {
     }
     char mb[32] = "", gb[32] = "", rf[32] = "";
     if (r.test[0] == 't') {
-      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size);
+      const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size, kv_load.kv_type);
       std::snprintf(mb, sizeof mb, "%.1f", f.bytes.total() / 1e6);
       std::snprintf(gb, sizeof gb, "%.1f", f.gbps);
       std::snprintf(rf, sizeof rf, "%.1f%%", f.fraction * 100);

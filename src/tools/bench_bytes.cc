@@ -28,8 +28,9 @@ int64_t layer_of(const std::string& name) {
   return std::regex_search(name, m, re) ? std::stoll(m[1]) : -1;
 }
 
-// qwen3_next: full attention with an f32 KV cache, GDN with f32 recurrent and conv state (per sequence).
-uint64_t qwen3_next_state(const nlohmann::json& c, int64_t depth) {
+// qwen3_next: full attention with a KV cache of kv_bytes a value, GDN with f32 recurrent and conv state (per
+// sequence).
+uint64_t qwen3_next_state(const nlohmann::json& c, int64_t depth, int kv_bytes) {
   const int64_t Hkv = cfg(c, "num_key_value_heads", 0), hd = cfg(c, "head_dim", 0);
   const int64_t Hv = cfg(c, "linear_num_value_heads", 0), dk = cfg(c, "linear_key_head_dim", 0),
                 dv = cfg(c, "linear_value_head_dim", 0), Hk = cfg(c, "linear_num_key_heads", 0),
@@ -37,7 +38,7 @@ uint64_t qwen3_next_state(const nlohmann::json& c, int64_t depth) {
   uint64_t b = 0;
   for (const auto& t : c["layer_types"]) {
     if (t == "full_attention") {
-      b += static_cast<uint64_t>(depth + 1) * Hkv * hd * 2 * 4;  // K and V read, f32
+      b += static_cast<uint64_t>(depth + 1) * Hkv * hd * 2 * kv_bytes;  // K and V read
     } else {
       b += static_cast<uint64_t>(Hv) * dk * dv * 4 * 2;                      // recurrent state read + written
       b += static_cast<uint64_t>(2 * Hk * dk + Hv * dv) * (ck - 1) * 4 * 2;  // conv state
@@ -50,7 +51,7 @@ uint64_t qwen3_next_state(const nlohmann::json& c, int64_t depth) {
 // state read + written; per QSA layer the K and V rows the sparse selection attends (every visible token
 // while the complete blocks fit the budget, else block_topk·compress + the tail), the pooled indexer keys
 // scored, and the [1, S] selection mask written and read; per PLE layer its dilated conv history.
-uint64_t qwen4_exp_state(const nlohmann::json& c, int64_t depth) {
+uint64_t qwen4_exp_state(const nlohmann::json& c, int64_t depth, int kv_bytes) {
   const int64_t Hkv = cfg(c, "num_key_value_heads", 0), hd = cfg(c, "head_dim", 0);
   const int64_t Hv = cfg(c, "linear_num_value_heads", 0), dk = cfg(c, "linear_key_head_dim", 0),
                 dv = cfg(c, "linear_value_head_dim", 0), Hk = cfg(c, "linear_num_key_heads", 0),
@@ -67,9 +68,10 @@ uint64_t qwen4_exp_state(const nlohmann::json& c, int64_t depth) {
       b += static_cast<uint64_t>(Hv) * dk * dv * 4 * 2;
       b += static_cast<uint64_t>(2 * Hk * dk + Hv * dv) * (ck - 1) * 4 * 2;
     } else {
-      b += static_cast<uint64_t>(attended + 1) * Hkv * hd * 2 * 4;  // K, V read (+ this token's written)
-      b += static_cast<uint64_t>(nb + 1) * dI * 4 + dI * 4;         // block keys scored, raw key written
-      b += static_cast<uint64_t>(S) * 4 * 2;                        // selection mask written and read
+      b += static_cast<uint64_t>(attended + 1) * Hkv * hd * 2 *
+           kv_bytes;                                         // K, V read (+ this token's written)
+      b += static_cast<uint64_t>(nb + 1) * dI * 4 + dI * 4;  // block keys scored, raw key written
+      b += static_cast<uint64_t>(S) * 4 * 2;                 // selection mask written and read
     }
   }
   if (c.contains("ple_layer_ids") && c["ple_layer_ids"].is_array())
@@ -115,7 +117,7 @@ nlohmann::json rank_heads(const nlohmann::json& c, int tp) {
 
 DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::string& family,
                          const nlohmann::json& config, const std::string& backend, int64_t depth,
-                         int64_t conc, int tp_size) {
+                         int64_t conc, int tp_size, int kv_bytes) {
   const nlohmann::json c = rank_heads(config, tp_size);
   const int64_t L = cfg(c, "num_hidden_layers", 0);
   const int64_t top_k = cfg(c, "num_experts_per_tok", 1);
@@ -149,10 +151,10 @@ DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::stri
   }
   if (c.contains("layer_types") && c["layer_types"].is_array()) {
     if (family == "qwen3_next") {
-      b.state = qwen3_next_state(c, depth) * conc;
+      b.state = qwen3_next_state(c, depth, kv_bytes) * conc;
       b.state_known = true;
     } else if (family == "qwen4_exp") {
-      b.state = qwen4_exp_state(c, depth) * conc;
+      b.state = qwen4_exp_state(c, depth, kv_bytes) * conc;
       b.state_known = true;
     }
   }

@@ -40,10 +40,11 @@ struct DecodeBytes {
 // exact for C = 1 and an upper bound for skewed routing. `family` and `config` (the text config) select
 // the state model (qwen3_next, qwen4_exp). tp_size > 1: one rank's bytes, given that rank's `weights`
 // (weight_costs, build_synthetic_rank); its state is its heads' (GDN key and value heads / tp_size, its
-// KV heads: Hkv / tp_size, or the one it keeps when they are replicated).
+// KV heads: Hkv / tp_size, or the one it keeps when they are replicated). kv_bytes: bytes of a K/V cache
+// value (4 for f32, 2 for the BF16 cache of -ctk bf16).
 DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::string& family,
                          const nlohmann::json& config, const std::string& backend, int64_t depth,
-                         int64_t conc = 1, int tp_size = 1);
+                         int64_t conc = 1, int tp_size = 1, int kv_bytes = 4);
 
 // Copy bandwidth in bytes/s (bytes read + written): the best of a few large device-to-device cudaMemcpy
 // for "cuda", a host memcpy on one thread for "cpu". Returns 0 when it cannot be measured.

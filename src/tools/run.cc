@@ -22,6 +22,7 @@
 #include "runtime/sampler.h"
 #include "runtime/scheduler.h"
 #include "tokenizer/tokenizer.h"
+#include "tools/cache_options.h"
 #include "tools/command.h"
 #include "tools/tp_options.h"
 
@@ -210,6 +211,9 @@ int run_run(int argc, char** argv) {
                  "stop drafting when the draft's top probability falls below P")
       ->check(CLI::Range(0.0f, 1.0f));
   add_tp_options(app, tp_flags);
+  KvCacheFlags kv_flags;
+  add_kv_cache_options(app, kv_flags);
+  respell_kv_cache_flags(argc, argv);
   CLI11_PARSE(app, argc, argv);
   const TpLayout layout = resolve_tp(tp_flags);
   const int tp_size = layout.size;
@@ -241,6 +245,7 @@ int run_run(int argc, char** argv) {
   load.progress = no_progress ? ProgressMode::Quiet : ProgressMode::Auto;
   load.bulk = !per_weight;
   load.require_draft = spec_type == "draft-mtp";  // refused before anything is allocated, on every rank
+  load.kv_type = kv_flags.type();
   load.on_plan = [&](const MemoryPlan& plan) {
     if (no_progress) return;
     for (const std::string& line : plan.lines()) std::fprintf(stderr, "%s\n", line.c_str());

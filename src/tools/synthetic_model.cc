@@ -830,10 +830,11 @@ double source_seconds(const SyntheticSource& source) {
 
 std::unique_ptr<SyntheticModel> build_synthetic_rank(SyntheticSource& src, Backend& backend,
                                                      const SyntheticHooks& hooks, int tp_rank, int tp_size,
-                                                     Communicator* comm, int threads) {
+                                                     Communicator* comm, int threads, ElemType kv_type) {
   const auto t0 = Clock::now();
   auto sm = std::make_unique<SyntheticModel>();
   sm->config = src.config;
+  sm->config.kv_type = kv_type;
   sm->config.tp_rank = tp_rank;
   sm->config.tp_size = tp_size;
   sm->config.comm = comm;
@@ -925,8 +926,9 @@ LoadRank synthetic_load_rank(std::shared_ptr<SyntheticSource> source,
                              std::function<SyntheticHooks(Backend&)> hooks_for, int threads,
                              std::function<void(const SyntheticModel&, int rank)> on_built) {
   return [source, hooks_for, threads, on_built](Backend& be, const LoadOptions& o) {
-    std::unique_ptr<SyntheticModel> sm = build_synthetic_rank(
-        *source, be, hooks_for ? hooks_for(be) : SyntheticHooks{}, o.tp_rank, o.tp_size, o.comm, threads);
+    std::unique_ptr<SyntheticModel> sm =
+        build_synthetic_rank(*source, be, hooks_for ? hooks_for(be) : SyntheticHooks{}, o.tp_rank, o.tp_size,
+                             o.comm, threads, o.kv_type);
     if (on_built) on_built(*sm, o.tp_rank);
     auto lm = std::make_unique<LoadedModel>();
     lm->folder = "synthetic " + source->model->info().family;
@@ -939,9 +941,10 @@ LoadRank synthetic_load_rank(std::shared_ptr<SyntheticSource> source,
 
 std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
                                                 SyntheticLayout layout, const SyntheticHooks& hooks,
-                                                int threads, uint64_t seed) {
+                                                int threads, uint64_t seed, ElemType kv_type) {
   const std::shared_ptr<SyntheticSource> src = make_synthetic_source(config, layout, threads, seed);
-  std::unique_ptr<SyntheticModel> sm = build_synthetic_rank(*src, backend, hooks, 0, 1, nullptr, threads);
+  std::unique_ptr<SyntheticModel> sm =
+      build_synthetic_rank(*src, backend, hooks, 0, 1, nullptr, threads, kv_type);
   sm->build_seconds += src->build_seconds;
   return sm;
 }

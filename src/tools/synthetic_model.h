@@ -93,10 +93,12 @@ struct SyntheticPlan {
 };
 SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layout);
 
-// Builds config's model with random weights on `backend`, `threads` host workers (0: every core).
+// Builds config's model with random weights on `backend`, `threads` host workers (0: every core); its K/V
+// caches in kv_type (-ctk/-ctv).
 std::unique_ptr<SyntheticModel> build_synthetic(const nlohmann::json& config, Backend& backend,
                                                 SyntheticLayout layout, const SyntheticHooks& hooks,
-                                                int threads = 0, uint64_t seed = 42);
+                                                int threads = 0, uint64_t seed = 42,
+                                                ElemType kv_type = ElemType::F32);
 
 // ---- tensor parallelism (`bench --synthetic … --tp N`) ----
 // What every rank's build draws from: the whole (TP 1) model's per-tensor plans, each seeded by its index
@@ -116,7 +118,8 @@ double source_seconds(const SyntheticSource& source);  // the time make_syntheti
 // unit (E_TP_CUT, as for a checkpoint). `costs` and `bytes_by_format` are the rank's own (its slices).
 std::unique_ptr<SyntheticModel> build_synthetic_rank(SyntheticSource& source, Backend& backend,
                                                      const SyntheticHooks& hooks, int tp_rank, int tp_size,
-                                                     Communicator* comm, int threads = 0);
+                                                     Communicator* comm, int threads = 0,
+                                                     ElemType kv_type = ElemType::F32);
 // The TP group's way to get a rank's model (TpGroup, LocalTpRanks): build_synthetic_rank for the rank the
 // options name, with hooks_for(that rank's backend), as a LoadedModel (config, weights, model; no
 // checkpoint). `on_built`, when set, sees each rank's SyntheticModel first (costs, bytes, build time), from

@@ -2,6 +2,7 @@
 // TensorSource so that a bug there cannot hide in both sides of a comparison.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -50,6 +51,29 @@ inline std::map<std::string, GoldenTensor> read_goldens(const std::string& path)
     out[name] = std::move(t);
   }
   return out;
+}
+
+// The f32 reference's top-2 margin (top-1 logit minus the runner-up) at each of the `n` greedy tokens of
+// prompt `p`: the golden's greedy{p}.margin, or from its greedy{p}.logits rows.
+inline std::vector<double> reference_margins(const std::map<std::string, GoldenTensor>& golden,
+                                             const std::string& p, size_t n) {
+  if (auto it = golden.find("greedy" + p + ".margin"); it != golden.end())
+    return std::vector<double>(it->second.f32.begin(), it->second.f32.end());
+  const auto& rows = golden.at("greedy" + p + ".logits").f32;
+  const size_t V = rows.size() / n;
+  std::vector<double> m(n);
+  for (size_t j = 0; j < n; ++j) {
+    double a = -INFINITY, b = -INFINITY;  // the largest and the runner-up
+    for (size_t v = 0; v < V; ++v) {
+      const double x = rows[j * V + v];
+      if (x > a)
+        b = a, a = x;
+      else if (x > b)
+        b = x;
+    }
+    m[j] = a - b;
+  }
+  return m;
 }
 
 }  // namespace bloomery::test

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "../gpu/accuracy_gate.h"
 #include "backend/cpu/cpu_backend.h"
 #include "golden_file.h"
 #include "models/model_loader.h"
@@ -256,6 +257,91 @@ TEST_P(Golden, ChunkedPromptAndStepsEqualFullPrompt) {
   ASSERT_EQ(rows_b.size(), T * V);
   EXPECT_LE(rel_err(rows_a.data(), ref.data(), ref.size()), kTol) << "prompt chunk + decode steps";
   EXPECT_LE(rel_err(rows_b.data(), ref.data(), ref.size()), kTol) << "three prompt chunks";
+}
+
+// -ctk bf16 on the CPU engine: the K/V caches in BF16 (rounded at the write, widened exactly at the read)
+// against the f32 goldens, under the CUDA gate's calibrated bands (tests/gpu/accuracy_gate.h: transformers'
+// own BF16 forward rounds far more than the cache alone does). Teacher-forced prompt rows and decode rows
+// (chunked prompt, then steps on the reference tokens); the free-running greedy continuation identical up to
+// the first reference margin below δ. The cache must really be BF16: the state is smaller and the logits
+// are not the f32 engine's bit for bit. Families whose caches take no K/V type (GLM's latent) are skipped.
+TEST_P(Golden, Bf16KvCacheWithinTheBf16Gate) {
+  constexpr double kKvNearTie = 0.05;  // logits
+  Loaded* l = setup();
+  if (!l && !error_.empty()) FAIL() << error_;
+  if (!l) GTEST_SKIP() << skip_;
+  auto be = make_cpu_backend(0);
+  LoadOptions o;
+  o.kv_type = ElemType::BF16;
+  const auto lm = load_model(kFixtures / "models" / GetParam(), *be, o);
+  const uint64_t f32_bytes = l->lm->model->state_bytes(512), bf16_bytes = lm->model->state_bytes(512);
+  if (bf16_bytes == f32_bytes) GTEST_SKIP() << GetParam() << ": no K/V cache of the -ctk type";
+  EXPECT_LT(bf16_bytes, f32_bytes);
+  const fs::path noise = kFixtures / "calibration" / "bf16_noise.json";
+  const test::Gate gate =
+      test::gate_for(test::read_bf16_noise(noise, "models", GetParam()), GetParam(), noise.string());
+  std::printf("    %s\n", gate.line.c_str());
+  Engine engine(*be, *lm->model);
+  const int64_t V = lm->model->info().vocab_size;
+  test::Agreement prompt_rows, decode_rows;
+  bool differs = false;
+  for (int i = 0; i < prompts(*l); ++i) {
+    const std::string p = std::to_string(i);
+    const auto prompt = ids_of(l->golden.at("prompt" + p + ".ids"));
+    const auto want = ids_of(l->golden.at("greedy" + p + ".ids"));
+    const auto& ref = l->golden.at("prompt" + p + ".logits").f32;
+    const auto& gref = l->golden.at("greedy" + p + ".logits").f32;
+    // Teacher-forced: the prompt in two chunks (the second reads the first's cached rows), then the greedy
+    // reference tokens one step at a time.
+    SeqId s = engine.add_sequence(512);
+    const size_t half = prompt.size() / 2;
+    std::vector<float> rows = engine.prefill(s, std::span(prompt).first(half), true);
+    const auto rest = engine.prefill(s, std::span(prompt).subspan(half), true);
+    rows.insert(rows.end(), rest.begin(), rest.end());
+    for (size_t t = 0; t < prompt.size(); ++t) prompt_rows.add(ref.data() + t * V, rows.data() + t * V, V);
+    SeqId f = l->engine->add_sequence(512);
+    differs |= l->engine->prefill(f, prompt, true) != rows;
+    l->engine->remove_sequence(f);
+    std::vector<float> row(rows.end() - V, rows.end());
+    for (size_t j = 0; j < want.size(); ++j) {
+      if (j > 0) {
+        SeqId seqs[] = {s};
+        int32_t tok[] = {want[j - 1]};
+        row = engine.decode(seqs, tok)[0];
+      }
+      decode_rows.add(gref.data() + j * V, row.data(), V);
+    }
+    engine.remove_sequence(s);
+    // Free-running greedy, identical up to the first near-tie of the reference: the gate's δ is the whole
+    // BF16 forward's, which on these random fixtures stops at the first token; the cache alone moves a
+    // logit far less (mean KL 1e-8 to 2e-4 here), so this test holds it to kKvNearTie (the trained models'
+    // near-tie, tests/tools/check_trained.py).
+    const auto margin = test::reference_margins(l->golden, p, want.size());
+    s = engine.add_sequence(512);
+    row = engine.prefill(s, prompt);
+    size_t j = 0;
+    for (; j < want.size(); ++j) {
+      if (margin[j] < kKvNearTie) break;
+      ASSERT_EQ(argmax(row), want[j])
+          << "greedy" << p << " token " << j << " (reference margin " << margin[j] << ")";
+      SeqId seqs[] = {s};
+      int32_t tok[] = {want[j]};
+      row = engine.decode(seqs, tok)[0];
+    }
+    engine.remove_sequence(s);
+    std::printf("    greedy%s: %zu of %zu tokens identical (up to the first reference margin < %.2f)\n",
+                p.c_str(), j, want.size(), kKvNearTie);
+  }
+  EXPECT_TRUE(differs) << "the BF16-cache logits equal the f32 engine's: the cache is not BF16";
+  for (const auto& [what, a] :
+       {std::pair{"prompt rows", &prompt_rows}, std::pair{"decode rows", &decode_rows}}) {
+    std::printf(
+        "    %s: %lld positions, top-1 %.4f (band >= %.4f), mean KL %.3g (band <= %.3g), max KL %.3g\n", what,
+        static_cast<long long>(a->rows), a->top1_rate(), gate.min_top1, a->mean_kl(), gate.max_mean_kl,
+        a->kl_max);
+    EXPECT_GE(a->top1_rate(), gate.min_top1) << what;
+    EXPECT_LE(a->mean_kl(), gate.max_mean_kl) << what;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, Golden, ::testing::ValuesIn(fixture_folders()),

@@ -19,6 +19,36 @@
 
 namespace bloomery::test {
 
+// KL(p_ref ‖ p_got) of one logits row, in nats (f64 log-softmax).
+double kl_row(const float* ref, const float* got, int64_t V) {
+  double mr = ref[0], mg = got[0];
+  for (int64_t i = 1; i < V; ++i) mr = std::max<double>(mr, ref[i]), mg = std::max<double>(mg, got[i]);
+  double zr = 0, zg = 0;
+  for (int64_t i = 0; i < V; ++i) zr += std::exp(ref[i] - mr), zg += std::exp(got[i] - mg);
+  const double lr = mr + std::log(zr), lg = mg + std::log(zg);
+  double kl = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    const double a = ref[i] - lr, b = got[i] - lg;
+    kl += std::exp(a) * (a - b);
+  }
+  return std::max(kl, 0.0);
+}
+
+struct Agreement {
+  int64_t rows = 0, top1 = 0;
+  double kl_sum = 0, kl_max = 0;
+  void add(const float* ref, const float* got, int64_t V) {
+    ++rows;
+    top1 +=
+        std::max_element(ref, ref + V) - ref == std::max_element(got, got + V) - got;  // lowest id on ties
+    const double k = kl_row(ref, got, V);
+    kl_sum += k;
+    kl_max = std::max(kl_max, k);
+  }
+  double top1_rate() const { return rows ? double(top1) / rows : 0.0; }
+  double mean_kl() const { return rows ? kl_sum / rows : 0.0; }
+};
+
 // The fixed bands (the gate before the calibration): top-1 agreement and mean KL(reference ‖ engine) in nats,
 // and every greedy token identical.
 constexpr double kFixedMinTop1 = 0.99;

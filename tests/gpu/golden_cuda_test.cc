@@ -32,6 +32,7 @@ namespace bloomery {
 namespace {
 
 namespace fs = std::filesystem;
+using test::Agreement;
 using test::Gate;
 using test::GoldenTensor;
 
@@ -61,35 +62,6 @@ std::vector<std::string> fixture_folders() {
 std::vector<int32_t> ids_of(const GoldenTensor& t) {
   return std::vector<int32_t>(t.i64.begin(), t.i64.end());
 }
-
-// KL(p_ref ‖ p_got) of one logits row, in nats (f64 log-softmax).
-double kl_row(const float* ref, const float* got, int64_t V) {
-  double mr = ref[0], mg = got[0];
-  for (int64_t i = 1; i < V; ++i) mr = std::max<double>(mr, ref[i]), mg = std::max<double>(mg, got[i]);
-  double zr = 0, zg = 0;
-  for (int64_t i = 0; i < V; ++i) zr += std::exp(ref[i] - mr), zg += std::exp(got[i] - mg);
-  const double lr = mr + std::log(zr), lg = mg + std::log(zg);
-  double kl = 0;
-  for (int64_t i = 0; i < V; ++i) {
-    const double a = ref[i] - lr, b = got[i] - lg;
-    kl += std::exp(a) * (a - b);
-  }
-  return std::max(kl, 0.0);
-}
-
-struct Agreement {
-  int64_t rows = 0, top1 = 0;
-  double kl_sum = 0, kl_max = 0;
-  void add(const float* ref, const float* got, int64_t V) {
-    ++rows;
-    top1 += argmax({ref, static_cast<size_t>(V)}) == argmax({got, static_cast<size_t>(V)});
-    const double k = kl_row(ref, got, V);
-    kl_sum += k;
-    kl_max = std::max(kl_max, k);
-  }
-  double top1_rate() const { return rows ? double(top1) / rows : 0.0; }
-  double mean_kl() const { return rows ? kl_sum / rows : 0.0; }
-};
 
 struct Side {
   std::unique_ptr<Backend> backend;
@@ -153,29 +125,6 @@ std::pair<std::vector<float>, std::vector<float>> chunked_rows(Engine& e, const 
   e.remove_sequence(a);
   e.remove_sequence(b);
   return {rows_a, rows_b};
-}
-
-// The f32 reference's top-2 margin (top-1 logit minus the runner-up) at each of the `n` greedy tokens of
-// prompt `p`: the golden's greedy{p}.margin, or from its greedy{p}.logits rows.
-std::vector<double> reference_margins(const std::map<std::string, GoldenTensor>& golden, const std::string& p,
-                                      size_t n) {
-  if (auto it = golden.find("greedy" + p + ".margin"); it != golden.end())
-    return std::vector<double>(it->second.f32.begin(), it->second.f32.end());
-  const auto& rows = golden.at("greedy" + p + ".logits").f32;
-  const size_t V = rows.size() / n;
-  std::vector<double> m(n);
-  for (size_t j = 0; j < n; ++j) {
-    double a = -INFINITY, b = -INFINITY;  // the largest and the runner-up
-    for (size_t v = 0; v < V; ++v) {
-      const double x = rows[j * V + v];
-      if (x > a)
-        b = a, a = x;
-      else if (x > b)
-        b = x;
-    }
-    m[j] = a - b;
-  }
-  return m;
 }
 
 // Prints one comparison with the folder's bands and checks it against them.
@@ -287,7 +236,7 @@ TEST_P(GoldenCuda, GreedyTokensIdentical) {
     // The tokens that must agree: all, or those before the first reference top-2 margin below δ.
     size_t n = want.size();
     if (gate.delta) {
-      const auto margin = reference_margins(l->golden, p, want.size());
+      const auto margin = test::reference_margins(l->golden, p, want.size());
       const auto low = std::find_if(margin.begin(), margin.end(), [&](double m) { return m < *gate.delta; });
       n = std::min<size_t>(n, low - margin.begin());
     }

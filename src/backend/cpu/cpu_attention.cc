@@ -7,6 +7,7 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/op_checks.h"
+#include "formats/elements.h"
 
 namespace bloomery::cpu {
 
@@ -50,16 +51,21 @@ void CpuBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& r
   }
 }
 
-void CpuBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
-                           float scale, const Tensor* allowed) {
-  check_attention_args(out, q, k, v, q0, allowed);
-  const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
-  const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
+namespace {
+
+// A cache element as f32: f32 caches as they are, BF16 ones (-ctk/-ctv) widened exactly.
+inline float kv_at(const float* p, int64_t i) {
+  return p[i];
+}
+inline float kv_at(const uint16_t* p, int64_t i) {
+  return elem::bf16(p[i]);
+}
+
+template <typename KV>
+void attend(ThreadPool& pool, float* O, const float* Q, const KV* K, const KV* V, const float* A, int64_t T,
+            int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale) {
   const int64_t group = Hq / Hkv;
-  const float *Q = q.f32(), *K = k.f32(), *V = v.f32();
-  const float* A = allowed ? allowed->f32() : nullptr;
-  float* O = out.f32();
-  owned_pool_->parallel_for(T * Hq, [&](int64_t i0, int64_t i1) {
+  pool.parallel_for(T * Hq, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(S);
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / Hq, h = i % Hq, kh = h / group;
@@ -71,9 +77,9 @@ void CpuBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const 
           p[j] = -std::numeric_limits<float>::infinity();
           continue;
         }
-        const float* kv = K + (j * Hkv + kh) * d;
+        const KV* kv = K + (j * Hkv + kh) * d;
         float sdot = 0.0f;
-        for (int64_t e = 0; e < d; ++e) sdot += qv[e] * kv[e];
+        for (int64_t e = 0; e < d; ++e) sdot += qv[e] * kv_at(kv, e);
         p[j] = sdot * scale;
         mx = std::max(mx, p[j]);
       }
@@ -89,11 +95,25 @@ void CpuBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const 
       for (int64_t j = 0; j <= last; ++j) {
         if (p[j] == 0.0f) continue;
         const float w = p[j] * inv;
-        const float* vv = V + (j * Hkv + kh) * dv;
-        for (int64_t e = 0; e < dv; ++e) o[e] += w * vv[e];
+        const KV* vv = V + (j * Hkv + kh) * dv;
+        for (int64_t e = 0; e < dv; ++e) o[e] += w * kv_at(vv, e);
       }
     }
   });
+}
+
+}  // namespace
+
+void CpuBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, int64_t q0,
+                           float scale, const Tensor* allowed) {
+  check_attention_args(out, q, k, v, q0, allowed);
+  const int64_t T = q.dim(0), Hq = q.dim(1), d = q.dim(2);
+  const int64_t S = k.dim(0), Hkv = k.dim(1), dv = v.dim(2);
+  const float* A = allowed ? allowed->f32() : nullptr;
+  if (k.type() == ElemType::BF16)
+    attend(*owned_pool_, out.f32(), q.f32(), k.bf16(), v.bf16(), A, T, Hq, d, S, Hkv, dv, q0, scale);
+  else
+    attend(*owned_pool_, out.f32(), q.f32(), k.f32(), v.f32(), A, T, Hq, d, S, Hkv, dv, q0, scale);
 }
 
 }  // namespace bloomery::cpu

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstring>
 
+#include "backend/op_checks.h"
+#include "formats/elements.h"
 #include "formats/weight_record.h"
 
 namespace bloomery::cpu {
@@ -69,6 +71,8 @@ std::vector<float> CpuBackend::download(const Tensor& t) {
   std::vector<float> r(static_cast<size_t>(t.numel()));
   if (t.type() == ElemType::I32) {
     for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<float>(t.i32()[i]);
+  } else if (t.type() == ElemType::BF16) {
+    for (size_t i = 0; i < r.size(); ++i) r[i] = elem::bf16(t.bf16()[i]);
   } else {
     std::memcpy(r.data(), t.f32(), r.size() * sizeof(float));
   }
@@ -77,11 +81,26 @@ std::vector<float> CpuBackend::download(const Tensor& t) {
 
 void CpuBackend::copy(Tensor& dst, const Tensor& src) {
   same_numel("copy", dst, src);
-  std::memmove(dst.f32(), src.f32(), static_cast<size_t>(src.numel()) * sizeof(float));
+  check_copy_types(dst, src);
+  const int64_t n = src.numel();
+  if (dst.type() == src.type()) {
+    std::memmove(dst.bytes_ptr(), src.bytes_ptr(), src.nbytes());
+  } else if (dst.type() == ElemType::BF16) {  // a cache write: f32 rows rounded (never overlapping)
+    const float* s = src.f32();
+    uint16_t* d = dst.bf16();
+    for (int64_t i = 0; i < n; ++i) d[i] = elem::bf16_rne(s[i]);
+  } else {
+    const uint16_t* s = src.bf16();
+    float* d = dst.f32();
+    for (int64_t i = 0; i < n; ++i) d[i] = elem::bf16(s[i]);
+  }
 }
 
 void CpuBackend::fill(Tensor& t, float value) {
-  std::fill_n(t.f32(), t.numel(), value);
+  if (t.type() == ElemType::BF16)
+    std::fill_n(t.bf16(), t.numel(), elem::bf16_rne(value));
+  else
+    std::fill_n(t.f32(), t.numel(), value);
 }
 
 Weight CpuBackend::upload_weight(std::string name, std::span<const float> data, std::vector<int64_t> shape) {

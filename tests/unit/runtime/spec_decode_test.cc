@@ -75,14 +75,20 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
     if (GetParam() == "none") GTEST_SKIP() << "no fixture folders";
-    const fs::path dir = testing_fixtures::models_root() / GetParam();
+    // "<folder>@bf16kv": the same folder with its K/V caches in BF16 (-ctk bf16), whose rows roll back
+    // by position like the f32 ones.
+    const std::string param = GetParam();
+    const size_t at = param.find('@');
+    const fs::path dir = testing_fixtures::models_root() / param.substr(0, at);
+    LoadOptions load;
+    if (at != std::string::npos) load.kv_type = ElemType::BF16;
     if (backend_name() != "cpu") {
       const auto missing = missing_family_ops(backend_name(), folder_model_type(dir));
       if (!missing.empty())
         GTEST_SKIP() << backend_name() << " lacks " << missing[0] << " for " << GetParam();
     }
     be_ = backend_name() == "cpu" ? make_cpu_backend(2) : make_backend(backend_name(), 0);
-    lm_ = load_model(dir, *be_);
+    lm_ = load_model(dir, *be_, load);
     if (!model().info().has_draft) GTEST_SKIP() << GetParam() << " has no draft layer";
   }
   Model& model() { return *lm_->model; }
@@ -524,6 +530,17 @@ TEST(NgramPropose, LongestLatestMatchAndItsFollowers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpecDecode, ::testing::ValuesIn(testing_fixtures::fixture_names()),
+                         testing_fixtures::param_name);
+
+// BF16 K/V caches on one folder of each Qwen family (the mission's FP4-Local layout for qwen4_exp).
+std::vector<std::string> bf16_kv_folders() {
+  std::vector<std::string> out;
+  for (const std::string& n : testing_fixtures::fixture_names())
+    if (n == "qwen3_next-bf16" || n == "qwen4_exp-fp4local-csf") out.push_back(n + "@bf16kv");
+  if (out.empty()) out.push_back("none");
+  return out;
+}
+INSTANTIATE_TEST_SUITE_P(Bf16Kv, SpecDecode, ::testing::ValuesIn(bf16_kv_folders()),
                          testing_fixtures::param_name);
 
 }  // namespace

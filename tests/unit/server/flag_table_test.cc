@@ -115,8 +115,9 @@ const std::vector<Row>& spec_rows() {
       {{"--slot-save-path", "/tmp"}, Want::Refuse},
       {{"-fa", "on"}, Want::Warn},
       {{"--flash-attn", "auto"}, Want::Warn},
-      {{"-ctk", "f16"}, Want::Warn},  // accepted; the KV cache stays f32 until the BF16 cache lands
-      {{"--cache-type-k", "bf16"}, Want::Warn},
+      {{"-ctk", "f16"}, Want::Ok},  // a BF16 KV cache
+      {{"--cache-type-k", "bf16"}, Want::Ok},
+      {{"-ctk", "f32"}, Want::Ok},
       {{"-ctv", "q8_0"}, Want::Refuse},
       {{"--cache-type-v", "q4_0"}, Want::Refuse},
       {{"-kvo"}, Want::Ok},

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "models/kv_cache_type.h"
 #include "server/suggest.h"
 
 using namespace bloomery;
@@ -154,17 +155,33 @@ TEST(Flags, RefusedFlagsSayWhy) {
   std::string e = error_of({"-m", "/x", "-ctk", "q8_0"});
   EXPECT_NE(e.find("E_FLAG_REFUSED"), std::string::npos) << e;
   EXPECT_NE(e.find("quantized KV"), std::string::npos) << e;
-  const ServerOptions ctv = parse({"-m", "/x", "-ctv", "bf16"});
-  EXPECT_EQ(ctv.cache_type_v, "bf16");
-  // Accepted but not honoured yet: the start screen says the cache stays f32, only when a type was given.
-  ASSERT_EQ(ctv.warnings.size(), 1u);
-  EXPECT_NE(ctv.warnings[0].find("-ctv/--cache-type-v bf16: the KV cache is kept in f32"), std::string::npos)
-      << ctv.warnings[0];
+  e = error_of({"-m", "/x", "-ctk", "fp8"});
+  EXPECT_NE(e.find("E_FLAG_REFUSED"), std::string::npos) << e;
   EXPECT_TRUE(parse({"-m", "/x"}).warnings.empty());
   e = error_of({"-m", "/x", "--lora", "a.gguf"});
   EXPECT_NE(e.find("E_FLAG_REFUSED"), std::string::npos) << e;
   EXPECT_EQ(parse({"-m", "/x", "--no-jinja"}).chat_template, "chatml");
   EXPECT_NE(error_of({"-m", "/x", "-ctk", "nonsense"}).find("E_FLAG_VALUE"), std::string::npos);
+}
+
+// -ctk/-ctv with llama-server's meaning (models/kv_cache_type.h): f16 and bf16 are a BF16 cache, f32 the
+// f32 one, auto (the default) the engine's choice; one flag alone sets both, K and V of two types are
+// refused.
+TEST(Flags, CacheTypes) {
+  const ServerOptions d = parse({"-m", "/x"});
+  EXPECT_EQ(d.cache_type_k, "auto");
+  EXPECT_EQ(kv_cache_type(d.cache_type_k, d.cache_type_v), kDefaultKvType);
+  const ServerOptions ctv = parse({"-m", "/x", "-ctv", "bf16"});
+  EXPECT_EQ(ctv.cache_type_v, "bf16");
+  EXPECT_TRUE(ctv.warnings.empty());
+  EXPECT_EQ(kv_cache_type(ctv.cache_type_k, ctv.cache_type_v), ElemType::BF16);
+  const ServerOptions both = parse({"-m", "/x", "-ctk", "f16", "--cache-type-v", "bf16"});
+  EXPECT_EQ(kv_cache_type(both.cache_type_k, both.cache_type_v), ElemType::BF16);
+  const ServerOptions f32 = parse({"-m", "/x", "-ctk", "f32", "-ctv", "f32"});
+  EXPECT_EQ(kv_cache_type(f32.cache_type_k, f32.cache_type_v), ElemType::F32);
+  const std::string e = error_of({"-m", "/x", "-ctk", "bf16", "-ctv", "f32"});
+  EXPECT_NE(e.find("E_FLAG_VALUE"), std::string::npos) << e;
+  EXPECT_NE(e.find("one type for K and V"), std::string::npos) << e;
 }
 
 TEST(Flags, ApiKeyFile) {

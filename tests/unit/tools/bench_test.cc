@@ -204,8 +204,16 @@ TEST(BenchBytes, ExpertsAreTheUnionOverSequences) {
   EXPECT_NEAR(static_cast<double>(b4.experts) / b1.experts, u4 / 4.0, 1e-3);
   EXPECT_EQ(b4.state, 4 * b1.state);  // state is per sequence
   EXPECT_TRUE(b1.state_known);
-  // Deeper context reads more KV.
-  EXPECT_GT(decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 1000, 1).state, b1.state);
+  // Deeper context reads more KV; a BF16 cache (-ctk bf16) reads half the K/V bytes of the f32 one.
+  const DecodeBytes deep = decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 1000, 1);
+  EXPECT_GT(deep.state, b1.state);
+  const DecodeBytes deep_bf16 = decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 1000, 1, 1, 2);
+  const DecodeBytes first = decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 1, 1);
+  const DecodeBytes first_bf16 = decode_bytes(sm->costs, "qwen4_exp", c, "cuda", 1, 1, 1, 2);
+  EXPECT_LT(deep_bf16.state, deep.state);
+  EXPECT_GT(deep.state - deep_bf16.state, first.state - first_bf16.state)
+      << "the saving grows with the rows attended";
+  EXPECT_EQ(first.dense, first_bf16.dense);
   // Dense weights: read once per step whatever C is, apart from the embedding and PLE rows per sequence.
   EXPECT_LT(b4.dense, 2 * b1.dense);
   // The MTP layer is never counted; f32 (CPU) bytes exceed stored bytes.
