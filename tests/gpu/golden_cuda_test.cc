@@ -24,6 +24,7 @@
 #include "accuracy_gate.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "models/kv_cache_type.h"
 #include "models/model_loader.h"
 #include "runtime/engine.h"
 #include "runtime/sampler.h"
@@ -160,9 +161,13 @@ Loaded& load(const std::string& folder) {
   if (slot) return *slot;
   slot = std::make_unique<Loaded>();
   const fs::path dir = fixtures_dir() / "models" / folder;
+  // BLOOMERY_GOLDEN_KV=bf16|f32 (default: the engine's auto type): both engines' K/V caches in that type, so
+  // the whole suite runs against the goldens under the BF16 cache too (scripts/gpu/kv-bf16.sh).
+  LoadOptions load;
+  if (const char* kv = std::getenv("BLOOMERY_GOLDEN_KV"); kv && *kv) load.kv_type = kv_cache_type(kv, "auto");
   try {
     slot->cuda.backend = make_cuda_backend(0);
-    slot->cuda.lm = load_model(dir, *slot->cuda.backend);
+    slot->cuda.lm = load_model(dir, *slot->cuda.backend, load);
     slot->cuda.engine = std::make_unique<Engine>(*slot->cuda.backend, *slot->cuda.lm->model);
     const int32_t probe[] = {0, 1};
     prompt_logits(*slot->cuda.engine, {probe[0], probe[1]});
@@ -175,7 +180,7 @@ Loaded& load(const std::string& folder) {
     return *slot;
   }
   slot->cpu.backend = make_cpu_backend(0);
-  slot->cpu.lm = load_model(dir, *slot->cpu.backend);
+  slot->cpu.lm = load_model(dir, *slot->cpu.backend, load);
   slot->cpu.engine = std::make_unique<Engine>(*slot->cpu.backend, *slot->cpu.lm->model);
   slot->golden = test::read_goldens((fixtures_dir() / "goldens" / (folder + ".safetensors")).string());
   const fs::path noise = fixtures_dir() / "calibration" / "bf16_noise.json";
