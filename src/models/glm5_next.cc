@@ -333,13 +333,18 @@ class Glm5Next final : public BatchedModel {
   // upper bound: the optional NextN layer's cache is counted.
   uint64_t state_bytes(int64_t capacity) const override {
     const int64_t qd = c_.Hl * c_.dl;
-    int64_t elems = 0;
-    for (int64_t l = 0; l < c_.L; ++l)
-      elems += c_.is_dsa[l] ? dsa_cache_elems(capacity) : 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
+    int64_t elems = 0;  // f32 KDA state
+    uint64_t caches = 0;
+    for (int64_t l = 0; l < c_.L; ++l) {
+      if (c_.is_dsa[l])
+        caches += dsa_cache_bytes(capacity);
+      else
+        elems += 3 * qd * (c_.conv_k - 1) + c_.Hl * c_.dl * c_.dl;
+    }
     // Before bind the NextN layer counts as present (it is declared; the checkpoint may not ship it, or its
     // cuts may not fit the stored formats under TP).
-    if (nextn_.present || !bound_) elems += dsa_cache_elems(capacity + 1);
-    return static_cast<uint64_t>(elems) * sizeof(float);
+    if (nextn_.present || !bound_) caches += dsa_cache_bytes(capacity + 1);
+    return static_cast<uint64_t>(elems) * sizeof(float) + caches;
   }
 
   // Token-wise work (mHC pre/post, norms, projections, routers, experts, the head) runs over the rows of all
@@ -610,13 +615,16 @@ class Glm5Next final : public BatchedModel {
     return L;
   }
 
-  int64_t dsa_cache_elems(int64_t cap) const {
-    return cap * c_.kv_lora + 2 * cap * c_.dI + (cap / c_.pool + 1) * c_.dI;
+  // A DSA layer's cache bytes: the MLA latent (K and V at once) in kv_type, the indexer's keys, gates and
+  // pools in f32.
+  uint64_t dsa_cache_bytes(int64_t cap) const {
+    return static_cast<uint64_t>(cap * c_.kv_lora) * elem_size(mc_.kv_type) +
+           static_cast<uint64_t>(2 * cap * c_.dI + (cap / c_.pool + 1) * c_.dI) * sizeof(float);
   }
 
   DsaCache new_dsa_cache(Backend& be, int64_t cap) const {
     DsaCache d;
-    d.latent = be.alloc({cap, c_.kv_lora});
+    d.latent = be.alloc({cap, c_.kv_lora}, mc_.kv_type);
     d.keys = be.alloc({cap, c_.dI});
     d.gates = be.alloc({cap, c_.dI});
     d.pools = be.alloc({cap / c_.pool + 1, c_.dI});

@@ -38,8 +38,8 @@ struct ModelConfig {
   // cuts, and sums its row-parallel partials through `comm` (null when tp_size is 1).
   int tp_rank = 0, tp_size = 1;
   Communicator* comm = nullptr;
-  // Element type of the attention K/V caches (-ctk/-ctv): F32 (the reference path) or BF16. The other state
-  // (recurrent, conv, indexer keys, GLM's MLA latent) stays f32.
+  // Element type of the attention K/V caches and GLM's MLA latent cache (-ctk/-ctv): F32 (the reference path)
+  // or BF16. The other state (recurrent, conv, indexer keys) stays f32.
   ElemType kv_type = ElemType::F32;
 };
 

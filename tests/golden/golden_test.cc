@@ -259,12 +259,13 @@ TEST_P(Golden, ChunkedPromptAndStepsEqualFullPrompt) {
   EXPECT_LE(rel_err(rows_b.data(), ref.data(), ref.size()), kTol) << "three prompt chunks";
 }
 
-// -ctk bf16 on the CPU engine: the K/V caches in BF16 (rounded at the write, widened exactly at the read)
-// against the f32 goldens, under the CUDA gate's calibrated bands (tests/gpu/accuracy_gate.h: transformers'
-// own BF16 forward rounds far more than the cache alone does). Teacher-forced prompt rows and decode rows
-// (chunked prompt, then steps on the reference tokens); the free-running greedy continuation identical up to
-// the first reference margin below δ. The cache must really be BF16: the state is smaller and the logits
-// are not the f32 engine's bit for bit. Families whose caches take no K/V type (GLM's latent) are skipped.
+// -ctk bf16 on the CPU engine: the K/V caches (GLM: the MLA latent) in BF16 (rounded at the write, widened
+// exactly at the read) against the f32 goldens, under the CUDA gate's calibrated bands
+// (tests/gpu/accuracy_gate.h: transformers' own BF16 forward rounds far more than the cache alone does).
+// Teacher-forced prompt rows and decode rows (chunked prompt, then steps on the reference tokens); the
+// free-running greedy continuation identical up to the first reference margin below δ. The cache must really
+// be BF16: the state is smaller and the logits are not the f32 engine's bit for bit. A family whose caches
+// took no K/V type would be skipped.
 TEST_P(Golden, Bf16KvCacheWithinTheBf16Gate) {
   constexpr double kKvNearTie = 0.05;  // logits
   Loaded* l = setup();

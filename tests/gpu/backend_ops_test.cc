@@ -11,6 +11,8 @@
 //  chunked
 //    form (equal algebraically, the triangular solve amplifies rounding): 2e-3.
 #include <algorithm>
+#include <bit>
+#include <cstdio>
 #include <numeric>
 #include <set>
 
@@ -169,7 +171,8 @@ TEST_F(CudaOps, AttentionDecodeAndPrompt) {
 
 // Decode attention at qwen4_exp's shapes (24 query heads over 2 KV heads, d 256, the QSA mask keeping half of
 // the keys in runs of 4) and qwen3_next's (16 over 2, no mask): the per-query-head kernel against the
-// by-KV-head one, time per call (split merge included) and the rate of the K and V bytes the mask keeps.
+// by-KV-head one, with f32 and BF16 caches (-ctk/-ctv), time per call (split merge included) and the rate of
+// the K and V bytes the mask keeps.
 TEST_F(CudaOps, AttentionDecodeTimings) {
   for (const auto& [Hq, masked] : {std::pair<int64_t, bool>{24, true}, {16, false}})
     for (int64_t S : {4097, 32769}) {
@@ -178,6 +181,8 @@ TEST_F(CudaOps, AttentionDecodeTimings) {
         Tensor q = gpu_->upload(randn(T * Hq * d), {T, Hq, d}), o = gpu_->alloc({T, Hq, d});
         Tensor k = gpu_->upload(randn(S * Hkv * d), {S, Hkv, d}),
                v = gpu_->upload(randn(S * Hkv * d), {S, Hkv, d});
+        Tensor kb = gpu_->alloc({S, Hkv, d}, ElemType::BF16), vb = gpu_->alloc({S, Hkv, d}, ElemType::BF16);
+        gpu_->copy(kb, k), gpu_->copy(vb, v);
         std::vector<float> allowed(T * S, 1.0f);
         if (masked)
           for (int64_t t = 0; t < T; ++t)
@@ -186,17 +191,20 @@ TEST_F(CudaOps, AttentionDecodeTimings) {
                 for (int64_t m = j; m < std::min(S, j + 4); ++m) allowed[t * S + m] = 0.0f;
         Tensor m = gpu_->upload(allowed, {T, S});
         const double kept = std::accumulate(allowed.begin(), allowed.begin() + S, 0.0);
-        for (bool by_kv : {false, true}) {
-          cuda::set_gqa_decode(by_kv);
-          const double ms =
-              ms_per_call([&] { gpu_->attention(o, q, k, v, S - T, 0.0625f, masked ? &m : nullptr); }, 50);
-          std::printf(
-              "[time] decode attention T=%lld S=%lld (%lld/2 heads, d 256%s) %s: %.1f us, %.0f GB/s of kept "
-              "K+V\n",
-              static_cast<long long>(T), static_cast<long long>(S), static_cast<long long>(Hq),
-              masked ? ", QSA-style mask" : "", by_kv ? "by KV head" : "per query head", ms * 1e3,
-              kept * Hkv * d * 8 / (ms * 1e-3) / 1e9);
-        }
+        for (bool bf16 : {false, true})
+          for (bool by_kv : {false, true}) {
+            cuda::set_gqa_decode(by_kv);
+            const Tensor &kc = bf16 ? kb : k, &vc = bf16 ? vb : v;
+            const double ms = ms_per_call(
+                [&] { gpu_->attention(o, q, kc, vc, S - T, 0.0625f, masked ? &m : nullptr); }, 50);
+            const double elem = bf16 ? 2 : 4;  // bytes of a cache element
+            std::printf(
+                "[time] decode attention T=%lld S=%lld (%lld/2 heads, d 256%s) %s, %s cache: %.1f us, "
+                "%.0f GB/s of kept K+V\n",
+                static_cast<long long>(T), static_cast<long long>(S), static_cast<long long>(Hq),
+                masked ? ", QSA-style mask" : "", by_kv ? "by KV head" : "per query head",
+                bf16 ? "bf16" : "f32", ms * 1e3, kept * Hkv * d * 2 * elem / (ms * 1e-3) / 1e9);
+          }
       }
     }
   cuda::set_gqa_decode(true);
@@ -221,7 +229,7 @@ TEST_F(CudaOps, FlashAttentionPrompt) {
         Case{129, 31, false, 4, 2, 64}, Case{40, 0, true, 12, 1, 128}}) {
     const int64_t T = cs.T, S = cs.q0 + cs.T, Hq = cs.Hq, Hkv = cs.Hkv, d = cs.d;
     ASSERT_TRUE(cuda::flash_attention_applies(
-        T, Hq, d, Hkv, d, reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16),
+        T, Hq, d, Hkv, d, false, reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16),
         reinterpret_cast<const float*>(16), reinterpret_cast<const float*>(16)));
     auto [qc, qg] = both(randn(T * Hq * d, 2.0f), {T, Hq, d});
     auto [kc, kg] = both(randn(S * Hkv * d), {S, Hkv, d});
@@ -258,6 +266,189 @@ TEST_F(CudaOps, FlashAttentionPrompt) {
     std::printf("[flash attention] %s: max|gpu-cpu|/max|cpu| = %.2e, vs scalar kernel %.2e\n", what.c_str(),
                 r, rs);
   }
+}
+
+// f32 -> BF16 bits rounded to nearest even, a NaN kept a quiet NaN: the host's reference for the card's
+// rounding (as __float2bfloat16_rn and torch; NaN payloads may differ).
+uint16_t host_bf16(float x) {
+  const uint32_t u = std::bit_cast<uint32_t>(x);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float host_widen(uint16_t b) {
+  return std::bit_cast<float>(static_cast<uint32_t>(b) << 16);
+}
+std::vector<float> bf16_rounded(const std::vector<float>& v) {
+  std::vector<float> r(v.size());
+  for (size_t i = 0; i < v.size(); ++i) r[i] = host_widen(host_bf16(v[i]));
+  return r;
+}
+// The same bits, or both NaN.
+bool same_value(float a, float b) {
+  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+}
+std::string hex_bits(float x) {
+  char buf[16];
+  std::snprintf(buf, sizeof buf, "0x%08X", std::bit_cast<uint32_t>(x));
+  return buf;
+}
+
+// copy f32 -> BF16 on the card rounds as the host does: ties to even (low half exactly 0x8000 under an even
+// and an odd upper half, both signs), just past and short of a tie, carries into the exponent, denormals,
+// ±0, ±inf, NaNs (one whose payload is only in the low half, which truncation would turn into inf), values
+// that round past the largest BF16 to inf, random bit patterns and normal values; download widens exactly.
+// Then BF16 -> f32 -> BF16 gives the same values back, BF16 -> BF16 copies slices as bytes, and fill rounds.
+TEST_F(CudaOps, CopyRoundsToBf16LikeTheHost) {
+  std::vector<uint32_t> bits = {
+      0x3F808000u, 0x3F818000u, 0xBF808000u, 0xBF818000u,  // ties: even upper half stays, odd rounds up
+      0x3F808001u, 0x3F807FFFu, 0x3F7FFFFFu, 0x3FFFFFFFu,  // past / short of a tie, carries into the exponent
+      0x00008000u, 0x00018000u, 0x80018000u, 0x00000001u, 0x007FFFFFu, 0x00010000u,  // denormals
+      0x00000000u, 0x80000000u, 0x7F800000u, 0xFF800000u,                            // ±0, ±inf
+      0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0x7FFFFFFFu,                            // NaNs
+      0x7F7FFFFFu, 0x7F7F7FFFu, 0x7F7F8000u, 0xFF7FFFFFu, 0x7F000000u, 0x4B7FFFFFu,  // large
+  };
+  for (int i = 0; i < 4096; ++i) bits.push_back(static_cast<uint32_t>(rng_()));
+  std::vector<float> vals(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) vals[i] = std::bit_cast<float>(bits[i]);
+  for (float x : randn(1000, 3.0f)) vals.push_back(x);
+  const int64_t n = static_cast<int64_t>(vals.size());
+
+  Tensor f = gpu_->upload(vals, {n});
+  Tensor b = gpu_->alloc({n}, ElemType::BF16);
+  gpu_->fill(b, NAN);  // every element must be written
+  gpu_->copy(b, f);
+  const auto got = gpu_->download(b);
+  ASSERT_EQ(got.size(), vals.size());
+  for (size_t i = 0; i < vals.size(); ++i) {
+    const float want = host_widen(host_bf16(vals[i]));
+    ASSERT_TRUE(same_value(got[i], want)) << "element " << i << ": f32 " << hex_bits(vals[i]) << " -> "
+                                          << hex_bits(got[i]) << ", host " << hex_bits(want);
+  }
+
+  // BF16 -> f32 widens exactly (the bits the host widened), and f32 -> BF16 gives them back.
+  Tensor w = gpu_->alloc({n});
+  gpu_->fill(w, NAN);
+  gpu_->copy(w, b);
+  const auto wide = gpu_->download(w);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_TRUE(same_value(wide[i], got[i]))
+        << "widened element " << i << ": " << hex_bits(wide[i]) << " vs " << hex_bits(got[i]);
+  Tensor b2 = gpu_->alloc({n}, ElemType::BF16);
+  gpu_->fill(b2, NAN);
+  gpu_->copy(b2, w);
+  const auto back = gpu_->download(b2);
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_TRUE(same_value(back[i], got[i]))
+        << "round trip of element " << i << ": " << hex_bits(back[i]) << " vs " << hex_bits(got[i]);
+
+  // BF16 -> BF16: a slice into a fresh tensor, and into a slice of a filled one (fill rounds: 1 + 2^-8 is a
+  // tie between 1 and 1 + 2^-7, so 1), at odd element offsets: byte copies, not 4-byte words.
+  Tensor part = gpu_->alloc({101}, ElemType::BF16);
+  gpu_->copy(part, b.slice(5, 101));
+  const auto pv = gpu_->download(part);
+  for (int64_t i = 0; i < 101; ++i) ASSERT_TRUE(same_value(pv[i], got[5 + i])) << "slice element " << i;
+  Tensor dst = gpu_->alloc({n}, ElemType::BF16);
+  gpu_->fill(dst, 1.00390625f);
+  Tensor window = dst.slice(7, 101);
+  gpu_->copy(window, b.slice(5, 101));
+  const auto dv = gpu_->download(dst);
+  for (int64_t i = 0; i < n; ++i) {
+    if (i >= 7 && i < 108) {
+      ASSERT_TRUE(same_value(dv[i], got[i - 2])) << "copied element " << i;
+    } else {
+      ASSERT_EQ(dv[i], 1.0f) << "filled element " << i;
+    }
+  }
+  gpu_->fill(dst, NAN);
+  for (float x : gpu_->download(dst)) ASSERT_TRUE(std::isnan(x)) << "fill with NaN";
+}
+
+// BF16 caches (-ctk/-ctv) on every attention kernel against the CPU on f32 caches holding the same rounded
+// values; the card rounds K and V itself (copy f32 -> bf16), so that rounding is checked too. The decode
+// shapes of AttentionDecodeAndPrompt and the prompt shapes of FlashAttentionPrompt (GQA groups 1, 6, 8, 12,
+// 16, d 32 to 256, dv < d, masks with query 0 seeing nothing, q0 > 0), each under three kernel choices:
+// tensor cores on; off with the by-KV-head decode kernel; both off (the scalar kernel). The kernel that ran
+// is named from the applies() rules (d 32 with a BF16 cache leaves the by-KV-head kernel for the scalar one).
+// Bounds: the scalar and by-KV-head kernels do the f32 math of an f32 cache on exact inputs: 1e-5 of the
+// largest output; the tensor-core kernel splits Q and P into hi + lo (K and V exact): 1e-4. The output is
+// poisoned with NaN first, two runs agree bit for bit, and the scalar and tensor-core kernels give the values
+// they give on an f32 cache of the rounded values (scalar: the same f32 operations; tensor cores: a BF16 K/V
+// is the f32 path's hi operand with lo = 0, so the products it skips add exactly zero).
+TEST_F(CudaOps, AttentionBf16KvMatchesCpu) {
+  struct Case {
+    int64_t T, S;
+    bool mask;
+    int64_t Hq = 24, Hkv = 2, d = 256, dv = 256;
+  };
+  const std::vector<Case> cases = {
+      // decode and verify rows (AttentionDecodeAndPrompt), and a group of 6 at d 64
+      Case{1, 300, false}, Case{1, 4100, false}, Case{70, 200, false}, Case{33, 160, true},
+      Case{2, 3000, true}, Case{3, 40000, false}, Case{1, 2000, true, 16, 16, 128, 128},
+      Case{4, 999, false, 32, 2, 128, 128}, Case{1, 130, false, 8, 1, 256, 128}, Case{1, 5, false},
+      Case{1, 4097, true}, Case{5, 4101, true}, Case{9, 70, true, 8, 2, 64, 32},
+      Case{1, 600, false, 4, 2, 32, 32}, Case{2, 9000, false, 16, 4, 128, 64},
+      Case{2, 777, true, 12, 2, 64, 64},
+      // prompts (FlashAttentionPrompt, S = q0 + T)
+      Case{16, 16, false}, Case{300, 300, true}, Case{130, 907, true}, Case{64, 64, false, 16, 2, 256, 256},
+      Case{200, 250, false, 8, 8, 128, 128}, Case{97, 97, true, 6, 2, 32, 32},
+      Case{129, 160, false, 4, 2, 64, 64}, Case{40, 40, true, 12, 1, 128, 128}};
+  const auto* p16 = reinterpret_cast<const float*>(16);  // an aligned pointer for the applies() rules
+  for (const Case& cs : cases) {
+    const int64_t T = cs.T, S = cs.S, Hq = cs.Hq, Hkv = cs.Hkv, d = cs.d, dv = cs.dv, q0 = S - T;
+    const auto q = randn(T * Hq * d), k = randn(S * Hkv * d), v = randn(S * Hkv * dv);
+    const auto kr = bf16_rounded(k), vr = bf16_rounded(v);
+    std::vector<float> allowed(T * S, 1.0f);
+    if (cs.mask) {
+      for (auto& a : allowed) a = (rng_() % 3) ? 1.0f : 0.0f;
+      for (int64_t j = 0; j < S; ++j) allowed[j] = 0.0f;  // query 0 sees nothing: zeros
+    }
+    // The CPU on f32 caches of the rounded values.
+    Tensor qc = cpu_->upload(q, {T, Hq, d}), kc = cpu_->upload(kr, {S, Hkv, d}),
+           vc = cpu_->upload(vr, {S, Hkv, dv});
+    Tensor ac = cpu_->upload(allowed, {T, S}), oc = cpu_->alloc({T, Hq, dv});
+    cpu_->attention(oc, qc, kc, vc, q0, 0.0625f, cs.mask ? &ac : nullptr);
+    const auto c = cpu_->download(oc);
+    // The card: BF16 caches rounded there from the f32 values, and f32 caches of the host-rounded values.
+    Tensor qg = gpu_->upload(q, {T, Hq, d}), ag = gpu_->upload(allowed, {T, S});
+    Tensor kf = gpu_->upload(k, {S, Hkv, d}), vf = gpu_->upload(v, {S, Hkv, dv});
+    Tensor kb = gpu_->alloc({S, Hkv, d}, ElemType::BF16), vb = gpu_->alloc({S, Hkv, dv}, ElemType::BF16);
+    gpu_->copy(kb, kf), gpu_->copy(vb, vf);
+    Tensor krg = gpu_->upload(kr, {S, Hkv, d}), vrg = gpu_->upload(vr, {S, Hkv, dv});
+    Tensor og = gpu_->alloc({T, Hq, dv});
+    const auto run = [&](const Tensor& kk, const Tensor& vv) {
+      gpu_->fill(og, NAN);
+      gpu_->attention(og, qg, kk, vv, q0, 0.0625f, cs.mask ? &ag : nullptr);
+      return gpu_->download(og);
+    };
+    for (int choice = 0; choice < 3; ++choice) {
+      cuda::set_flash_attention(choice == 0);
+      cuda::set_gqa_decode(choice < 2);
+      // attention.cu's order; cuda_backend.cc hands out the split scratch the by-KV-head kernel needs below
+      // 264 query rows × heads.
+      const bool tc = cuda::flash_attention_applies(T, Hq, d, Hkv, dv, true, p16, p16, p16, p16);
+      const bool gqa = !tc && T * Hq < 264 && cuda::gqa_decode_applies(Hq, d, Hkv, dv, true, p16, p16, p16);
+      const char* kernel = tc ? "tensor cores" : gqa ? "by KV head" : "scalar";
+      const std::string what = "T=" + std::to_string(T) + " S=" + std::to_string(S) +
+                               " Hq=" + std::to_string(Hq) + " Hkv=" + std::to_string(Hkv) +
+                               " d=" + std::to_string(d) + " dv=" + std::to_string(dv) +
+                               (cs.mask ? " masked" : "") + ", " + kernel;
+      const auto g = run(kb, vb);
+      EXPECT_EQ(run(kb, vb), g) << "two runs differ, " << what;
+      const double r = max_rel(g, c);
+      EXPECT_LE(r, tc ? 1e-4 : 1e-5) << what;
+      if (cs.mask) {
+        for (int64_t e = 0; e < Hq * dv; ++e)
+          ASSERT_EQ(g[e], 0.0f) << "fully masked query gives zeros, " << what;
+      }
+      const bool tc_f32 = tc && cuda::flash_attention_applies(T, Hq, d, Hkv, dv, false, p16, p16, p16, p16);
+      if (choice == 2 || tc_f32) {
+        EXPECT_EQ(run(krg, vrg), g) << "bf16 cache against an f32 cache of the same values, " << what;
+      }
+      std::printf("[attention bf16 kv] %s: max|gpu-cpu|/max|cpu| = %.2e\n", what.c_str(), r);
+    }
+  }
+  cuda::set_flash_attention(true);
+  cuda::set_gqa_decode(true);
 }
 
 // Prompt attention at qwen4_exp's shapes (24 query heads over 2 KV heads, d 256, a QSA-style mask), the

@@ -213,6 +213,15 @@ TEST_F(GlmOps, MlaAttentionMatchesCpu) {
     cpu_->mla_attention(oc, qc, lc, kv.first, c.q0, scale, ac);
     gpu_->mla_attention(og, qg, lg, kv.second, c.q0, scale, ag);
     EXPECT_LE(max_rel(gpu_->download(og), cpu_->download(oc)), 1e-3) << "mla_attention" + at;
+    // The latent cache in BF16 (-ctk bf16) on both engines: each rounds at the copy and widens at the read.
+    Tensor lcb = cpu_->alloc({S, L}, ElemType::BF16), lgb = gpu_->alloc({S, L}, ElemType::BF16);
+    cpu_->copy(lcb, lc);
+    gpu_->copy(lgb, lg);
+    ASSERT_EQ(gpu_->download(lgb), cpu_->download(lcb)) << "the rounded latent" + at;
+    gpu_->fill(og, NAN);
+    cpu_->mla_attention(oc, qc, lcb, kv.first, c.q0, scale, ac);
+    gpu_->mla_attention(og, qg, lgb, kv.second, c.q0, scale, ag);
+    EXPECT_LE(max_rel(gpu_->download(og), cpu_->download(oc)), 1e-3) << "mla_attention, bf16 latent" + at;
   }
 }
 

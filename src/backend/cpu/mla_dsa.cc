@@ -7,6 +7,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/cpu_family_ops.h"
 #include "backend/cpu/qsa.h"
+#include "formats/elements.h"
 
 namespace bloomery::cpu {
 
@@ -108,35 +109,39 @@ int64_t CpuFamilyOps::dsa_index_select(Tensor& allowed, const Tensor& qi, const 
   return ties;
 }
 
-void CpuFamilyOps::mla_attention(Tensor& out, const Tensor& q, const Tensor& latent, const Weight& kv_b,
-                                 int64_t q0, float scale, const Tensor& allowed) {
-  const int64_t T = q.dim(0), H = q.dim(1), dq = q.dim(2), L = latent.cols(), S = allowed.cols();
-  const int64_t dv = out.numel() / (T * H);
-  if (kv_b.rows() != H * (dq + dv) || kv_b.cols() != L || allowed.rows() != T || latent.rows() < S ||
-      S < q0 + T)
-    backend_shape_error("mla_attention", "kv_b [H*(dqk+dv), L], allowed [T, S], latent [>=S, L]",
-                        shape_string(kv_b.shape()) + ", " + allowed.shape_str() + ", " + latent.shape_str());
-  const float* Wkv = kv_b.dense().f32();
-  pool().parallel_for(T * H, [&](int64_t i0, int64_t i1) {
+namespace {
+
+// A latent cache row's element as f32: the cache is f32 or BF16 (-ctk/-ctv), widened exactly.
+inline float latent_at(const float* p, int64_t i) {
+  return p[i];
+}
+inline float latent_at(const uint16_t* p, int64_t i) {
+  return elem::bf16(p[i]);
+}
+
+template <typename C>
+void mla_attend(ThreadPool& pool, float* O, const float* Q, const C* lat, const float* A, const float* Wkv,
+                int64_t T, int64_t H, int64_t dq, int64_t dv, int64_t L, int64_t S, int64_t q0, float scale) {
+  pool.parallel_for(T * H, [&](int64_t i0, int64_t i1) {
     std::vector<float> qt(L), oc(L), p;
     std::vector<int64_t> sel;
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t t = i / H, h = i % H;
       sel.clear();
       for (int64_t j = 0; j <= q0 + t; ++j)
-        if (allowed.f32()[t * S + j] != 0.0f) sel.push_back(j);
+        if (A[t * S + j] != 0.0f) sel.push_back(j);
       const float* Wuk = Wkv + h * (dq + dv) * L;
       const float* Wuv = Wuk + dq * L;
-      const float* qh = q.f32() + (t * H + h) * dq;
+      const float* qh = Q + (t * H + h) * dq;
       std::fill(qt.begin(), qt.end(), 0.0f);
       for (int64_t a = 0; a < dq; ++a)
         for (int64_t l = 0; l < L; ++l) qt[l] += qh[a] * Wuk[a * L + l];
       p.assign(sel.size(), 0.0f);
       float mx = -INFINITY;
       for (size_t j = 0; j < sel.size(); ++j) {
-        const float* ct = latent.f32() + sel[j] * L;
+        const C* ct = lat + sel[j] * L;
         float dot = 0;
-        for (int64_t l = 0; l < L; ++l) dot += qt[l] * ct[l];
+        for (int64_t l = 0; l < L; ++l) dot += qt[l] * latent_at(ct, l);
         p[j] = dot * scale;
         mx = std::max(mx, p[j]);
       }
@@ -144,10 +149,10 @@ void CpuFamilyOps::mla_attention(Tensor& out, const Tensor& q, const Tensor& lat
       for (float& x : p) sum += (x = std::exp(x - mx));
       std::fill(oc.begin(), oc.end(), 0.0f);
       for (size_t j = 0; j < sel.size(); ++j) {
-        const float* ct = latent.f32() + sel[j] * L;
-        for (int64_t l = 0; l < L; ++l) oc[l] += (p[j] / sum) * ct[l];
+        const C* ct = lat + sel[j] * L;
+        for (int64_t l = 0; l < L; ++l) oc[l] += (p[j] / sum) * latent_at(ct, l);
       }
-      float* oh = out.f32() + (t * H + h) * dv;
+      float* oh = O + (t * H + h) * dv;
       for (int64_t a = 0; a < dv; ++a) {
         float acc = 0;
         for (int64_t l = 0; l < L; ++l) acc += Wuv[a * L + l] * oc[l];
@@ -155,6 +160,23 @@ void CpuFamilyOps::mla_attention(Tensor& out, const Tensor& q, const Tensor& lat
       }
     }
   });
+}
+
+}  // namespace
+
+void CpuFamilyOps::mla_attention(Tensor& out, const Tensor& q, const Tensor& latent, const Weight& kv_b,
+                                 int64_t q0, float scale, const Tensor& allowed) {
+  const int64_t T = q.dim(0), H = q.dim(1), dq = q.dim(2), L = latent.cols(), S = allowed.cols();
+  const int64_t dv = out.numel() / (T * H);
+  if (kv_b.rows() != H * (dq + dv) || kv_b.cols() != L || allowed.rows() != T || latent.rows() < S ||
+      S < q0 + T || latent.type() == ElemType::I32)
+    backend_shape_error("mla_attention", "kv_b [H*(dqk+dv), L], allowed [T, S], latent [>=S, L] f32 or bf16",
+                        shape_string(kv_b.shape()) + ", " + allowed.shape_str() + ", " + latent.shape_str());
+  const float* Wkv = kv_b.dense().f32();
+  if (latent.type() == ElemType::BF16)
+    mla_attend(pool(), out.f32(), q.f32(), latent.bf16(), allowed.f32(), Wkv, T, H, dq, dv, L, S, q0, scale);
+  else
+    mla_attend(pool(), out.f32(), q.f32(), latent.f32(), allowed.f32(), Wkv, T, H, dq, dv, L, S, q0, scale);
 }
 
 }  // namespace bloomery::cpu

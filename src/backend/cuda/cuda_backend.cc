@@ -6,6 +6,7 @@
 #include "backend/op_checks.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -170,6 +171,11 @@ std::vector<float> CudaBackend::download(const Tensor& t) {
     BLOOMERY_CUDA_CHECK(cudaMemcpy(ints.data(), t.i32(), ints.size() * 4, cudaMemcpyDeviceToHost),
                         "download " + t.shape_str());
     for (size_t i = 0; i < r.size(); ++i) r[i] = static_cast<float>(ints[i]);
+  } else if (t.type() == ElemType::BF16) {  // the bits, widened exactly here
+    std::vector<uint16_t> bits(r.size());
+    BLOOMERY_CUDA_CHECK(cudaMemcpy(bits.data(), t.bf16(), bits.size() * 2, cudaMemcpyDeviceToHost),
+                        "download " + t.shape_str());
+    for (size_t i = 0; i < r.size(); ++i) r[i] = std::bit_cast<float>(static_cast<uint32_t>(bits[i]) << 16);
   } else {
     BLOOMERY_CUDA_CHECK(cudaMemcpy(r.data(), t.f32(), r.size() * 4, cudaMemcpyDeviceToHost),
                         "download " + t.shape_str());
@@ -180,23 +186,39 @@ std::vector<float> CudaBackend::download(const Tensor& t) {
 void CudaBackend::copy(Tensor& dst, const Tensor& src) {
   OpScope op_scope(op_times_, stream_, "copy");
   same_numel("copy", dst, src);
-  const size_t bytes = static_cast<size_t>(src.numel()) * 4;
-  const char* s = reinterpret_cast<const char*>(src.f32());
-  const char* d = reinterpret_cast<const char*>(dst.out_f32({&src}));
+  check_copy_types(dst, src);
+  if (dst.type() != src.type()) {  // f32 <-> bf16: a cache write rounds, a cache read widens (elementwise)
+    const void* s = src.bytes_ptr();
+    void* d = dst.out_bytes({&src});
+    const char *sb = static_cast<const char*>(s), *db = static_cast<const char*>(d);
+    BLOOMERY_NEED(!(db < sb + src.nbytes() && sb < db + dst.nbytes()), "copy",
+                  "f32 <-> bf16 between separate memory", "overlapping " + src.shape_str());
+    if (dst.type() == ElemType::BF16)
+      round_to_bf16(static_cast<uint16_t*>(d), static_cast<const float*>(s), src.numel(), stream_);
+    else
+      widen_bf16(static_cast<float*>(d), static_cast<const uint16_t*>(s), src.numel(), stream_);
+    return;
+  }
+  const size_t bytes = src.nbytes();
+  const char* s = static_cast<const char*>(src.bytes_ptr());
+  char* d = static_cast<char*>(dst.out_bytes({&src}));
   const std::string what = "copy " + src.shape_str();
   if (d == s || bytes == 0) return;
   if (d < s + bytes && s < d + bytes) {  // overlapping ranges: go through scratch (memmove semantics)
     void* tmp = scratch_[3].get(bytes);
     BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(tmp, s, bytes, cudaMemcpyDeviceToDevice, stream_), what);
-    BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(dst.f32(), tmp, bytes, cudaMemcpyDeviceToDevice, stream_), what);
+    BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(d, tmp, bytes, cudaMemcpyDeviceToDevice, stream_), what);
     return;
   }
-  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(dst.f32(), src.f32(), bytes, cudaMemcpyDeviceToDevice, stream_), what);
+  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(d, s, bytes, cudaMemcpyDeviceToDevice, stream_), what);
 }
 
 void CudaBackend::fill(Tensor& t, float value) {
   OpScope op_scope(op_times_, stream_, "fill");
-  cuda::fill(t.out_f32(), t.numel(), value, stream_);
+  if (t.type() == ElemType::BF16)
+    fill_bf16(t.out_bf16(), t.numel(), value, stream_);
+  else
+    cuda::fill(t.out_f32(), t.numel(), value, stream_);
 }
 
 // ---- elementwise
@@ -358,8 +380,10 @@ void CudaBackend::attention(Tensor& out, const Tensor& q, const Tensor& k, const
       T * Hq < 264
           ? static_cast<float*>(scratch_[2].get(static_cast<size_t>(attention_part_floats(T, Hq, dv)) * 4))
           : nullptr;
-  cuda::attention(out.out_f32({&q, &k, &v, allowed}), q.f32(), k.f32(), v.f32(),
-                  allowed ? allowed->f32() : nullptr, T, Hq, d, S, Hkv, dv, q0, scale, part, stream_);
+  // K and V go as bytes with their type: the kernels read f32 or BF16 caches (-ctk/-ctv) alike.
+  cuda::attention(out.out_f32({&q, &k, &v, allowed}), q.f32(), k.bytes_ptr(), v.bytes_ptr(),
+                  k.type() == ElemType::BF16, allowed ? allowed->f32() : nullptr, T, Hq, d, S, Hkv, dv, q0,
+                  scale, part, stream_);
 }
 
 }  // namespace bloomery::cuda

@@ -87,6 +87,12 @@ void gather_rows(const DeviceWeight& w, const int64_t* ids, int64_t count, float
 // ---- elementwise -----------------------------------------------------------------------------------------
 enum class Binary : int { Add, Mul, AddScaled, SigmoidMul };
 void fill(float* p, int64_t n, float v, cudaStream_t s);
+// BF16 tensors (KV caches, -ctk/-ctv) hold the raw bits as uint16: p[i] = v rounded to nearest even.
+void fill_bf16(uint16_t* p, int64_t n, float v, cudaStream_t s);
+// dst[i] = src[i] rounded to BF16, nearest even (NaN stays NaN): f32 rows into a BF16 cache.
+void round_to_bf16(uint16_t* dst, const float* src, int64_t n, cudaStream_t s);
+// dst[i] = src[i] widened to f32 exactly.
+void widen_bf16(float* dst, const uint16_t* src, int64_t n, cudaStream_t s);
 void binary(Binary op, float* out, const float* a, const float* b, float scalar, int64_t n, cudaStream_t s);
 void scale(float* out, const float* x, float sc, int64_t n, cudaStream_t s);
 void activate(float* out, const float* x, int act, int64_t n, cudaStream_t s);
@@ -124,8 +130,10 @@ void rope(float* x, const int64_t* pos, const float* inv_freq, int64_t T, int64_
 
 // ---- attention -------------------------------------------------------------------------------------------
 // part: scratch of attention_part_floats(T, Hq, dv) floats for split-KV decode (null: never split).
-void attention(float* out, const float* q, const float* k, const float* v, const float* allowed, int64_t T,
-               int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale,
+// k, v: the caches, f32 or (kv_bf16) BF16 both; every kernel widens BF16 K/V exactly as it loads them and
+// keeps its f32 arithmetic, so a BF16 cache costs only its own rounding and halves the bytes read.
+void attention(float* out, const float* q, const void* k, const void* v, bool kv_bf16, const float* allowed,
+               int64_t T, int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale,
                float* part, cudaStream_t s);
 int attention_part_floats(int64_t T, int64_t Hq, int64_t dv);
 

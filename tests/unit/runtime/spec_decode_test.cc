@@ -532,11 +532,13 @@ TEST(NgramPropose, LongestLatestMatchAndItsFollowers) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, SpecDecode, ::testing::ValuesIn(testing_fixtures::fixture_names()),
                          testing_fixtures::param_name);
 
-// BF16 K/V caches on one folder of each Qwen family (the mission's FP4-Local layout for qwen4_exp).
+// BF16 K/V caches (GLM: its MLA latent) on one folder of each family (the mission's FP4-Local layout for
+// qwen4_exp).
 std::vector<std::string> bf16_kv_folders() {
   std::vector<std::string> out;
   for (const std::string& n : testing_fixtures::fixture_names())
-    if (n == "qwen3_next-bf16" || n == "qwen4_exp-fp4local-csf") out.push_back(n + "@bf16kv");
+    if (n == "qwen3_next-bf16" || n == "qwen4_exp-fp4local-csf" || n == "glm5_next-bf16")
+      out.push_back(n + "@bf16kv");
   if (out.empty()) out.push_back("none");
   return out;
 }

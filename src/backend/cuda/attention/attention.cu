@@ -4,11 +4,14 @@
 // Decode (few query rows, long cache) splits the keys over several blocks and merges (m, l, o) partials.
 // Prompts take the tensor-core kernel (flash_attention.cu) and decode rows the by-KV-head kernel
 // (decode_attention.cu) where they apply; this one is their reference.
+// K and V are f32 or BF16 caches (kv_bf16), one instantiation each: BF16 elements are widened exactly as they
+// are loaded (kv_load.cuh), so the arithmetic is the f32 kernel's on the rounded values.
 #include <algorithm>
 #include <string>
 
 #include "backend/cuda/attention/decode_attention.h"
 #include "backend/cuda/attention/flash_attention.h"
+#include "backend/cuda/attention/kv_load.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
@@ -23,11 +26,11 @@ constexpr int kThreads = 128, kTile = 128, kMaxDvPerThread = 4;  // dv ≤ 512
 constexpr int64_t kSplitKeys = 128;
 constexpr int kMaxSplits = 64;
 
+template <typename KV>  // float or __nv_bfloat16
 __global__ void __launch_bounds__(kThreads)
-    attention_k(float* __restrict__ out, const float* __restrict__ q, const float* __restrict__ k,
-                const float* __restrict__ v, const float* __restrict__ allowed, int64_t Hq, int64_t d,
-                int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale, int64_t chunk,
-                float* __restrict__ part) {
+    attention_k(float* __restrict__ out, const float* __restrict__ q, const KV* __restrict__ k,
+                const KV* __restrict__ v, const float* __restrict__ allowed, int64_t Hq, int64_t d, int64_t S,
+                int64_t Hkv, int64_t dv, int64_t q0, float scale, int64_t chunk, float* __restrict__ part) {
   pdl_wait();
   pdl_launch_dependents();
   extern __shared__ float qs[];  // d floats
@@ -47,9 +50,9 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t j = j0 + jj;
       float sc = -INFINITY;
       if (j <= last && !(allowed && allowed[t * S + j] == 0.0f)) {
-        const float* kr = k + (j * Hkv + kh) * d;
+        const KV* kr = k + (j * Hkv + kh) * d;
         float dot = 0.0f;
-        for (int64_t e = lane; e < d; e += 32) dot = fmaf(qs[e], kr[e], dot);
+        for (int64_t e = lane; e < d; e += 32) dot = fmaf(qs[e], load_kv(kr, e), dot);
         sc = warp_reduce_sum(dot) * scale;
       }
       if (lane == 0) p[jj] = sc;
@@ -69,7 +72,7 @@ __global__ void __launch_bounds__(kThreads)
       const int64_t e = threadIdx.x + c * kThreads;
       if (e >= dv) break;
       float acc = o[c] * corr;
-      for (int64_t jj = 0; jj < jn; ++jj) acc = fmaf(p[jj], v[((j0 + jj) * Hkv + kh) * dv + e], acc);
+      for (int64_t jj = 0; jj < jn; ++jj) acc = fmaf(p[jj], load_kv(v, ((j0 + jj) * Hkv + kh) * dv + e), acc);
       o[c] = acc;
     }
     m = m_new;
@@ -124,18 +127,18 @@ int attention_part_floats(int64_t T, int64_t Hq, int64_t dv) {
   return static_cast<int>(T * Hq * std::max(kMaxSplits, kGqaMaxSplits) * (dv + 2));
 }
 
-void attention(float* out, const float* q, const float* k, const float* v, const float* allowed, int64_t T,
-               int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale,
+void attention(float* out, const float* q, const void* k, const void* v, bool kv_bf16, const float* allowed,
+               int64_t T, int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale,
                float* part, cudaStream_t s) {
   if (T == 0 || Hq == 0) return;
   const std::string what = "attention q[" + std::to_string(T) + ", " + std::to_string(Hq) + ", " +
                            std::to_string(d) + "] kv[" + std::to_string(S) + ", " + std::to_string(Hkv) +
-                           ", " + std::to_string(dv) + "]";
+                           ", " + std::to_string(dv) + "]" + (kv_bf16 ? " bf16" : "");
   if (dv > kThreads * kMaxDvPerThread) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": dv > 512");
-  if (flash_attention_applies(T, Hq, d, Hkv, dv, q, k, v, out))
-    return flash_attention(out, q, k, v, allowed, T, Hq, d, S, Hkv, q0, scale, s);
-  if (part && T * Hq < 264 && gqa_decode_applies(Hq, d, Hkv, dv, q, k, part))
-    return gqa_decode_attention(out, q, k, v, allowed, T, Hq, d, S, Hkv, dv, q0, scale, part, s);
+  if (flash_attention_applies(T, Hq, d, Hkv, dv, kv_bf16, q, k, v, out))
+    return flash_attention(out, q, k, v, kv_bf16, allowed, T, Hq, d, S, Hkv, q0, scale, s);
+  if (part && T * Hq < 264 && gqa_decode_applies(Hq, d, Hkv, dv, kv_bf16, q, k, part))
+    return gqa_decode_attention(out, q, k, v, kv_bf16, allowed, T, Hq, d, S, Hkv, dv, q0, scale, part, s);
   // Few (t, h) blocks over a long cache (decode): split the keys into chunks of kSplitKeys so the card fills,
   // then merge. Prompts have T·Hq blocks already.
   const int64_t S_used = q0 + T;
@@ -145,10 +148,16 @@ void attention(float* out, const float* q, const float* k, const float* v, const
   const int64_t chunk = splits == 1 ? S_used : (S_used + splits - 1) / splits;
   const int64_t chunk_tiles = (chunk + kTile - 1) / kTile * kTile;  // splits start on tile boundaries
   splits = static_cast<int>((S_used + chunk_tiles - 1) / chunk_tiles);
-  pdl_launch(attention_k,
-             dim3(static_cast<unsigned>(Hq), static_cast<unsigned>(T), static_cast<unsigned>(splits)),
-             kThreads, d * sizeof(float), s, out, q, k, v, allowed, Hq, d, S, Hkv, dv, q0, scale,
-             splits == 1 ? S_used : chunk_tiles, splits == 1 ? nullptr : part);
+  const dim3 grid(static_cast<unsigned>(Hq), static_cast<unsigned>(T), static_cast<unsigned>(splits));
+  const int64_t keys = splits == 1 ? S_used : chunk_tiles;
+  float* const parts = splits == 1 ? nullptr : part;
+  if (kv_bf16)
+    pdl_launch(attention_k<__nv_bfloat16>, grid, kThreads, d * sizeof(float), s, out, q,
+               static_cast<const __nv_bfloat16*>(k), static_cast<const __nv_bfloat16*>(v), allowed, Hq, d, S,
+               Hkv, dv, q0, scale, keys, parts);
+  else
+    pdl_launch(attention_k<float>, grid, kThreads, d * sizeof(float), s, out, q, static_cast<const float*>(k),
+               static_cast<const float*>(v), allowed, Hq, d, S, Hkv, dv, q0, scale, keys, parts);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
   if (splits > 1) {
     pdl_launch(attention_combine, static_cast<unsigned>(T * Hq), 128, 0, s, out, part, splits, dv);

@@ -15,6 +15,11 @@
 // score carries a relative error of about 2^-15 of Σ|q·k| and the probabilities and values likewise, where
 // plain BF16 would carry 2^-8: the same hi + lo scheme as the prompt GEMMs' default mode, here on both
 // operands because both are activations. Accumulation and the softmax are f32.
+//
+// A BF16 cache (-ctk/-ctv) is already the hi copy of its values, exactly, and their lo is zero: the kernel
+// (kKvLo = false) reads it straight from the cache, without the rounding pass or its copies, and skips the
+// K/V lo loads and the products by K/V lo (hi·hi + lo·hi remain). Shared memory then holds no lo tiles, which
+// also fits d = 128 into a GB10's 99 KB. Q and P stay split: they are f32 activations.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -37,20 +42,24 @@ constexpr int kBQ = kWarps * 16;  // query tokens per block
 constexpr int kBK = 32;           // keys per tile
 constexpr int kPad = 8;  // BF16 elements of padding per shared row: rows 16 bytes off the bank period
 
-template <int D>
+template <int D, bool kKvLo>
 struct Smem {
   static constexpr int kRow = D + kPad;  // BF16 elements per shared row
-  // Q hi, Q lo [kBQ][kRow]; then two stages of K hi, K lo, V hi, V lo [kBK][kRow].
+  // Q hi, Q lo [kBQ][kRow]; then two stages of K hi, K lo, V hi, V lo [kBK][kRow] (no lo tiles without
+  // kKvLo: K hi, V hi).
   static constexpr int kQ = kBQ * kRow;
   static constexpr int kTile = kBK * kRow;
-  static constexpr int kStage = 4 * kTile;
+  static constexpr int kParts = kKvLo ? 4 : 2;
+  static constexpr int kStage = kParts * kTile;
+  static constexpr int kVhi = kKvLo ? 2 : 1;  // V hi's tile within a stage
   static constexpr size_t kBytes = (2 * static_cast<size_t>(kQ) + 2 * static_cast<size_t>(kStage)) * 2;
 };
 
 // c0, c1 += A · B for the two n8 tiles of one ldmatrix.x4 of B, with A and B split into hi + lo: hi·hi +
 // lo·hi, then hi·lo (B's hi and lo loaded one at a time: d = 256 runs at the register limit). kTrans: B is
-// stored k-major (V: keys × dims), else n-major (K: keys × dims, keys being n).
-template <bool kTrans>
+// stored k-major (V: keys × dims), else n-major (K: keys × dims, keys being n). Without kBLo, B's lo is zero
+// (a BF16 cache): its load and products are skipped.
+template <bool kTrans, bool kBLo>
 __device__ __forceinline__ void mma_split_x4(float (&c0)[4], float (&c1)[4], const uint32_t (&ahi)[4],
                                              const uint32_t (&alo)[4], const void* bhi, const void* blo) {
   uint32_t b[4];
@@ -62,12 +71,14 @@ __device__ __forceinline__ void mma_split_x4(float (&c0)[4], float (&c1)[4], con
   mma_bf16(c0, alo, b[0], b[1]);
   mma_bf16(c1, ahi, b[2], b[3]);
   mma_bf16(c1, alo, b[2], b[3]);
-  if constexpr (kTrans)
-    ldmatrix_x4_trans(b, blo);
-  else
-    ldmatrix_x4(b, blo);
-  mma_bf16(c0, ahi, b[0], b[1]);
-  mma_bf16(c1, ahi, b[2], b[3]);
+  if constexpr (kBLo) {
+    if constexpr (kTrans)
+      ldmatrix_x4_trans(b, blo);
+    else
+      ldmatrix_x4(b, blo);
+    mma_bf16(c0, ahi, b[0], b[1]);
+    mma_bf16(c1, ahi, b[2], b[3]);
+  }
 }
 
 // (lo, hi) floats as a bf16x2 word, and the rounding residues as a second word.
@@ -82,15 +93,16 @@ __device__ __forceinline__ void split_pair(float a, float b, uint32_t& hi, uint3
 struct FlashArgs {
   float* out;
   const float* q;
-  const __nv_bfloat16 *khi, *klo, *vhi, *vlo;  // [S, Hkv, D]
+  const __nv_bfloat16 *khi, *klo, *vhi, *vlo;  // [S, Hkv, D]; klo, vlo null for a BF16 cache
   const float* allowed;                        // [T, S] or null
   int64_t T, Hq, S, Hkv, q0;
   float scale;
 };
 
-template <int D>
+// kKvLo: K and V come as BF16 hi + lo copies of an f32 cache; without it, a BF16 cache is K/V hi (lo = 0).
+template <int D, bool kKvLo>
 __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a) {
-  using L = Smem<D>;
+  using L = Smem<D, kKvLo>;
   constexpr int kRow = L::kRow;
   extern __shared__ __align__(16) __nv_bfloat16 sm[];
   __nv_bfloat16* qhi = sm;
@@ -108,9 +120,10 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
   pdl_wait();
   pdl_launch_dependents();
 
-  // One key tile (hi, lo of K and V) into stage `st`: each thread copies one 16-byte chunk column of every
-  // kRowsPerPass-th row; rows past the cache are zero-filled (their scores are masked, so they add nothing).
-  const __nv_bfloat16* const src[4] = {a.khi, a.klo, a.vhi, a.vlo};
+  // One key tile (hi, lo of K and V; hi only without kKvLo) into stage `st`: each thread copies one 16-byte
+  // chunk column of every kRowsPerPass-th row; rows past the cache are zero-filled (their scores are masked,
+  // so they add nothing).
+  const __nv_bfloat16* const src[4] = {a.khi, kKvLo ? a.klo : a.vhi, a.vhi, a.vlo};  // the stage's tiles
   const auto load_tile = [&](int kt, int st) {
     constexpr int kChunks = D / 8, kRowsPerPass = kThreads / kChunks;
     __nv_bfloat16* base = stage0 + st * L::kStage + (threadIdx.x % kChunks) * 8;
@@ -120,7 +133,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
       const bool in = j < s_used;
       const int64_t off = ((in ? j : 0) * a.Hkv + kh) * D + (threadIdx.x % kChunks) * 8;
 #pragma unroll
-      for (int part = 0; part < 4; ++part) cp_async16(base + part * L::kTile + r * kRow, src[part] + off, in);
+      for (int part = 0; part < L::kParts; ++part)
+        cp_async16(base + part * L::kTile + r * kRow, src[part] + off, in);
     }
   };
   load_tile(0, 0);
@@ -161,7 +175,9 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
     const int64_t j0 = static_cast<int64_t>(kt) * kBK;
     if (j0 <= warp_last_key) {  // a tile wholly past the warp's causal limit adds nothing
       const __nv_bfloat16* st = stage0 + (kt & 1) * L::kStage;
-      const __nv_bfloat16 *khi = st, *klo = st + L::kTile, *vhi = st + 2 * L::kTile, *vlo = st + 3 * L::kTile;
+      // (klo, vlo point into the stage only with kKvLo; without it they are never read.)
+      const __nv_bfloat16 *khi = st, *klo = st + L::kTile, *vhi = st + L::kVhi * L::kTile,
+                          *vlo = st + 3 * L::kTile;
       // S = Q Kᵀ over D in k-steps of 16: four n8 tiles of keys.
       float s[4][4] = {};
 #pragma unroll 2
@@ -174,7 +190,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
         for (int np = 0; np < 2; ++np) {  // two n8 tiles per ldmatrix.x4
           const int mi = lane >> 3;
           const int kr = np * 16 + (mi >> 1) * 8 + (lane & 7), kc = ks * 16 + (mi & 1) * 8;
-          mma_split_x4<false>(s[np * 2], s[np * 2 + 1], ah, al, khi + kr * kRow + kc, klo + kr * kRow + kc);
+          mma_split_x4<false, kKvLo>(s[np * 2], s[np * 2 + 1], ah, al, khi + kr * kRow + kc,
+                                     klo + kr * kRow + kc);
         }
       }
       // Scale, mask (causal, cache end, selection) and the online softmax update, per row.
@@ -229,7 +246,8 @@ __global__ void __launch_bounds__(kThreads) flash_attention_k(const FlashArgs a)
         for (int np = 0; np < D / 16; ++np) {  // two n8 tiles of the value dims per ldmatrix.x4
           const int mi = lane >> 3;
           const int vr = kk * 16 + (mi & 1) * 8 + (lane & 7), vc = np * 16 + (mi >> 1) * 8;
-          mma_split_x4<true>(o[np * 2], o[np * 2 + 1], ph, pl, vhi + vr * kRow + vc, vlo + vr * kRow + vc);
+          mma_split_x4<true, kKvLo>(o[np * 2], o[np * 2 + 1], ph, pl, vhi + vr * kRow + vc,
+                                    vlo + vr * kRow + vc);
         }
       }
     }
@@ -260,12 +278,36 @@ std::atomic<bool>& enabled_slot() {
   return on;
 }
 
-template <int D>
+template <int D, bool kKvLo>
 void launch(FlashArgs a, cudaStream_t s) {
-  opt_in_shared_memory(reinterpret_cast<const void*>(flash_attention_k<D>), static_cast<int>(Smem<D>::kBytes),
+  constexpr size_t kBytes = Smem<D, kKvLo>::kBytes;
+  opt_in_shared_memory(reinterpret_cast<const void*>(flash_attention_k<D, kKvLo>), static_cast<int>(kBytes),
                        "flash attention");
   const dim3 grid(static_cast<unsigned>((a.T + kBQ - 1) / kBQ), static_cast<unsigned>(a.Hq));
-  pdl_launch(flash_attention_k<D>, grid, kThreads, Smem<D>::kBytes, s, a);
+  pdl_launch(flash_attention_k<D, kKvLo>, grid, kThreads, kBytes, s, a);
+}
+
+template <bool kKvLo>
+void launch_d(int64_t d, const FlashArgs& a, cudaStream_t s) {
+  switch (d) {
+    case 32:
+      return launch<32, kKvLo>(a, s);
+    case 64:
+      return launch<64, kKvLo>(a, s);
+    case 128:
+      return launch<128, kKvLo>(a, s);
+    default:
+      return launch<256, kKvLo>(a, s);
+  }
+}
+
+template <bool kKvLo>
+size_t smem_bytes(int64_t d) {
+  return d == 32    ? Smem<32, kKvLo>::kBytes
+         : d == 64  ? Smem<64, kKvLo>::kBytes
+         : d == 128 ? Smem<128, kKvLo>::kBytes
+         : d == 256 ? Smem<256, kKvLo>::kBytes
+                    : 0;
 }
 
 }  // namespace
@@ -278,19 +320,15 @@ void set_flash_attention(bool on) {
   enabled_slot().store(on, std::memory_order_relaxed);
 }
 
-bool flash_attention_applies(int64_t T, int64_t Hq, int64_t d, int64_t Hkv, int64_t dv, const float* q,
-                             const float* k, const float* v, const float* out) {
-  const auto aligned = [](const float* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+bool flash_attention_applies(int64_t T, int64_t Hq, int64_t d, int64_t Hkv, int64_t dv, bool kv_bf16,
+                             const float* q, const void* k, const void* v, const float* out) {
+  const auto aligned = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; };
   if (!flash_attention_enabled() || T < kFlashMinTokens || d != dv || Hkv <= 0 || Hq % Hkv != 0 ||
       !aligned(q) || !aligned(k) || !aligned(v) || !aligned(out))
     return false;
-  const size_t bytes = d == 32    ? Smem<32>::kBytes
-                       : d == 64  ? Smem<64>::kBytes
-                       : d == 128 ? Smem<128>::kBytes
-                       : d == 256 ? Smem<256>::kBytes
-                                  : 0;
+  const size_t bytes = kv_bf16 ? smem_bytes<false>(d) : smem_bytes<true>(d);
   // The device's shared memory per block (227 KB on sm_90; about 99 KB on a GB10, where d = 256 keeps the
-  // scalar kernel until a smaller tile exists).
+  // scalar kernel until a smaller tile exists, and d = 128 with an f32 cache).
   int dev = 0, optin = 0;
   BLOOMERY_CUDA_CHECK(cudaGetDevice(&dev), "flash attention: current device");
   BLOOMERY_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev),
@@ -298,31 +336,27 @@ bool flash_attention_applies(int64_t T, int64_t Hq, int64_t d, int64_t Hkv, int6
   return bytes > 0 && bytes <= static_cast<size_t>(optin);
 }
 
-void flash_attention(float* out, const float* q, const float* k, const float* v, const float* allowed,
-                     int64_t T, int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t q0, float scale,
-                     cudaStream_t s) {
+void flash_attention(float* out, const float* q, const void* k, const void* v, bool kv_bf16,
+                     const float* allowed, int64_t T, int64_t Hq, int64_t d, int64_t S, int64_t Hkv,
+                     int64_t q0, float scale, cudaStream_t s) {
   const std::string what = "flash attention q[" + std::to_string(T) + ", " + std::to_string(Hq) + ", " +
-                           std::to_string(d) + "] kv[" + std::to_string(S) + ", " + std::to_string(Hkv) + "]";
+                           std::to_string(d) + "] kv[" + std::to_string(S) + ", " + std::to_string(Hkv) +
+                           "]" + (kv_bf16 ? " bf16" : "");
+  if (kv_bf16) {  // the cache is the hi operand as it stands
+    const auto* kb = static_cast<const __nv_bfloat16*>(k);
+    const auto* vb = static_cast<const __nv_bfloat16*>(v);
+    launch_d<false>(d, FlashArgs{out, q, kb, nullptr, vb, nullptr, allowed, T, Hq, S, Hkv, q0, scale}, s);
+    BLOOMERY_CUDA_CHECK_LAUNCH(what);
+    return;
+  }
   // The keys and values this call reads, rounded once into BF16 hi / lo copies (the prompt GEMMs' split,
   // gemm_internal.h: hi rows, then lo rows, in one stream-ordered allocation each).
   const int64_t rows = (q0 + T) * Hkv, n = rows * d;
-  auto* kb = static_cast<const __nv_bfloat16*>(round_activations_bf16(k, rows, d, true, s));
-  auto* vb = static_cast<const __nv_bfloat16*>(round_activations_bf16(v, rows, d, true, s));
-  const FlashArgs a{out, q, kb, kb + n, vb, vb + n, allowed, T, Hq, S, Hkv, q0, scale};
-  switch (d) {
-    case 32:
-      launch<32>(a, s);
-      break;
-    case 64:
-      launch<64>(a, s);
-      break;
-    case 128:
-      launch<128>(a, s);
-      break;
-    default:
-      launch<256>(a, s);
-      break;
-  }
+  auto* kb = static_cast<const __nv_bfloat16*>(
+      round_activations_bf16(static_cast<const float*>(k), rows, d, true, s));
+  auto* vb = static_cast<const __nv_bfloat16*>(
+      round_activations_bf16(static_cast<const float*>(v), rows, d, true, s));
+  launch_d<true>(d, FlashArgs{out, q, kb, kb + n, vb, vb + n, allowed, T, Hq, S, Hkv, q0, scale}, s);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
   BLOOMERY_CUDA_CHECK(cudaFreeAsync(const_cast<__nv_bfloat16*>(kb), s), what + ": free the BF16 keys");
   BLOOMERY_CUDA_CHECK(cudaFreeAsync(const_cast<__nv_bfloat16*>(vb), s), what + ": free the BF16 values");

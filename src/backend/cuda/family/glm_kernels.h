@@ -53,9 +53,10 @@ constexpr int kMlaMaxLatent = 1024;
 void mla_absorb_q(float* qt, const float* q, const DeviceWeight& kv_b, int64_t T, int64_t H, int64_t dq,
                   int64_t dv, int64_t L, cudaStream_t s);
 // oc[t, h, :] = Σ_j softmax_j(scale · qt[t, h] · latent[j]) latent[j] over j ≤ q0 + t with allowed[t, j] ≠ 0
-// (zero when none); latent rows of L, allowed [T, S].
-void mla_latent_attention(float* oc, const float* qt, const float* latent, const float* allowed, int64_t T,
-                          int64_t H, int64_t L, int64_t S, int64_t q0, float scale, cudaStream_t s);
+// (zero when none); latent rows of L (f32, or BF16 when latent_bf16: -ctk/-ctv), allowed [T, S].
+void mla_latent_attention(float* oc, const float* qt, const void* latent, bool latent_bf16,
+                          const float* allowed, int64_t T, int64_t H, int64_t L, int64_t S, int64_t q0,
+                          float scale, cudaStream_t s);
 // out[t, h, :] = W_uv[h] oc[t, h, :] with W_uv[h] = kv_b rows h·(dq+dv)+dq … +dv.
 void mla_project_v(float* out, const float* oc, const DeviceWeight& kv_b, int64_t T, int64_t H, int64_t dq,
                    int64_t dv, int64_t L, cudaStream_t s);

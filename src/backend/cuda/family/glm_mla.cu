@@ -2,8 +2,11 @@
 // latent space through W_uk (q̃ = W_ukᵀ q), attend over the cached latents c_j directly, and the latent
 // average comes back through W_uv. kv_b stays in its stored format; both projections read it through
 // weight_element (weight_access.cuh), a coalesced row of L elements at a time.
+#include <cuda_bf16.h>
+
 #include <string>
 
+#include "backend/cuda/attention/kv_load.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/family/glm_kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
@@ -48,8 +51,10 @@ __global__ void __launch_bounds__(kProjThreads)
 // Block (head, token): each warp takes runs of 32 key positions, finds the allowed ones with one ballot and
 // folds each into an online softmax (running max, sum, and the lanes' share of the latent average); the
 // warps' partial results are merged at the end.
+// The latent cache is f32 or BF16 (-ctk/-ctv; C = float or __nv_bfloat16), widened exactly as it is read.
+template <typename C>
 __global__ void __launch_bounds__(kAttWarps * 32)
-    mla_attend_k(float* oc, const float* qt, const float* latent, const float* allowed, int64_t H, int L,
+    mla_attend_k(float* oc, const float* qt, const C* latent, const float* allowed, int64_t H, int L,
                  int64_t S, int64_t q0, float scale) {
   pdl_wait();
   pdl_launch_dependents();
@@ -72,12 +77,12 @@ __global__ void __launch_bounds__(kAttWarps * 32)
     while (sel) {
       const int bit = __ffs(sel) - 1;
       sel &= sel - 1;
-      const float* c = latent + (j0 + bit) * L;
+      const C* c = latent + (j0 + bit) * L;
       float cv[kLanesL], dot = 0.0f;
 #pragma unroll
       for (int i = 0; i < kLanesL; ++i) {
         const int l = i * 32 + lane;
-        cv[i] = l < L ? c[l] : 0.0f;
+        cv[i] = l < L ? load_kv(c, l) : 0.0f;
         dot = fmaf(l < L ? qs[l] : 0.0f, cv[i], dot);
       }
       const float sc = warp_reduce_sum(dot) * scale;
@@ -166,15 +171,20 @@ void mla_absorb_q(float* qt, const float* q, const DeviceWeight& kv_b, int64_t T
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 
-void mla_latent_attention(float* oc, const float* qt, const float* latent, const float* allowed, int64_t T,
-                          int64_t H, int64_t L, int64_t S, int64_t q0, float scale, cudaStream_t s) {
+void mla_latent_attention(float* oc, const float* qt, const void* latent, bool latent_bf16,
+                          const float* allowed, int64_t T, int64_t H, int64_t L, int64_t S, int64_t q0,
+                          float scale, cudaStream_t s) {
   if (T == 0 || H == 0) return;
   const std::string what = "mla_latent_attention q̃ " + mla_shape(T, H, L) + " keys " + std::to_string(S);
   check_sizes(what, T, H, L, 0);
   if (T > 65535) BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": needs T <= 65535 per launch");
   const dim3 grid(static_cast<unsigned>(H), static_cast<unsigned>(T));
-  pdl_launch(mla_attend_k, grid, kAttWarps * 32, 0, s, oc, qt, latent, allowed, H, static_cast<int>(L), S, q0,
-             scale);
+  if (latent_bf16)
+    pdl_launch(mla_attend_k<__nv_bfloat16>, grid, kAttWarps * 32, 0, s, oc, qt,
+               static_cast<const __nv_bfloat16*>(latent), allowed, H, static_cast<int>(L), S, q0, scale);
+  else
+    pdl_launch(mla_attend_k<float>, grid, kAttWarps * 32, 0, s, oc, qt, static_cast<const float*>(latent),
+               allowed, H, static_cast<int>(L), S, q0, scale);
   BLOOMERY_CUDA_CHECK_LAUNCH(what);
 }
 

@@ -194,8 +194,8 @@ void CudaBackend::mla_attention(Tensor& out, const Tensor& q, const Tensor& late
   for (int64_t t0 = 0; t0 < T; t0 += tc) {
     const int64_t n = std::min(tc, T - t0);
     cuda::mla_absorb_q(qtp, q.f32() + t0 * H * dq, dw, n, H, dq, dv, L, stream_);
-    cuda::mla_latent_attention(ocp, qtp, latent.f32(), allowed.f32() + t0 * S, n, H, L, S, q0 + t0, scale,
-                               stream_);
+    cuda::mla_latent_attention(ocp, qtp, latent.bytes_ptr(), latent.type() == ElemType::BF16,
+                               allowed.f32() + t0 * S, n, H, L, S, q0 + t0, scale, stream_);
     cuda::mla_project_v(out.f32() + t0 * H * dv, ocp, dw, n, H, dq, dv, L, stream_);
   }
 }

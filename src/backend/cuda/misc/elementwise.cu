@@ -1,5 +1,8 @@
 // Elementwise kernels (fill, add, mul, scaled add, σ-gate, activations, per-row scale, SwiGLU, column
-// copies): grid-stride loops, one f32 operation order per element as in the CPU backend.
+// copies): grid-stride loops, one f32 operation order per element as in the CPU backend. BF16 tensors (KV
+// caches) are uint16 bits: filled and written rounded to nearest even, read widened exactly.
+#include <cuda_bf16.h>
+
 #include <string>
 
 #include "backend/cuda/cuda_check.h"
@@ -20,6 +23,27 @@ __global__ void fill_k(float* p, int64_t n, float v) {
   pdl_wait();
   pdl_launch_dependents();
   GRID_STRIDE(i, n) p[i] = v;
+}
+
+__global__ void fill_bf16_k(uint16_t* p, int64_t n, float v) {
+  pdl_wait();
+  pdl_launch_dependents();
+  const uint16_t b = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+  GRID_STRIDE(i, n) p[i] = b;
+}
+
+// f32 -> BF16, nearest even (a NaN stays a NaN): what the CPU backend's elem::bf16_rne gives, NaN payloads
+// aside.
+__global__ void round_bf16_k(uint16_t* __restrict__ dst, const float* __restrict__ src, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
+  GRID_STRIDE(i, n) dst[i] = __bfloat16_as_ushort(__float2bfloat16_rn(src[i]));
+}
+
+__global__ void widen_bf16_k(float* __restrict__ dst, const uint16_t* __restrict__ src, int64_t n) {
+  pdl_wait();
+  pdl_launch_dependents();
+  GRID_STRIDE(i, n) dst[i] = __uint_as_float(static_cast<uint32_t>(src[i]) << 16);
 }
 
 __global__ void binary_k(int op, float* out, const float* a, const float* b, float sc, int64_t n) {
@@ -124,6 +148,24 @@ void fill(float* p, int64_t n, float v, cudaStream_t s) {
   if (n == 0) return;
   pdl_launch(fill_k, grid_for(n, kThreads), kThreads, 0, s, p, n, v);
   BLOOMERY_CUDA_CHECK_LAUNCH("fill " + sz(n));
+}
+
+void fill_bf16(uint16_t* p, int64_t n, float v, cudaStream_t s) {
+  if (n == 0) return;
+  pdl_launch(fill_bf16_k, grid_for(n, kThreads), kThreads, 0, s, p, n, v);
+  BLOOMERY_CUDA_CHECK_LAUNCH("fill bf16 " + sz(n));
+}
+
+void round_to_bf16(uint16_t* dst, const float* src, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  pdl_launch(round_bf16_k, grid_for(n, kThreads), kThreads, 0, s, dst, src, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("copy f32 -> bf16 " + sz(n));
+}
+
+void widen_bf16(float* dst, const uint16_t* src, int64_t n, cudaStream_t s) {
+  if (n == 0) return;
+  pdl_launch(widen_bf16_k, grid_for(n, kThreads), kThreads, 0, s, dst, src, n);
+  BLOOMERY_CUDA_CHECK_LAUNCH("copy bf16 -> f32 " + sz(n));
 }
 
 void binary(Binary op, float* out, const float* a, const float* b, float scalar, int64_t n, cudaStream_t s) {
