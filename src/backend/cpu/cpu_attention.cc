@@ -5,9 +5,9 @@
 #include <limits>
 #include <vector>
 
+#include "backend/cpu/cache_element.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/op_checks.h"
-#include "formats/elements.h"
 
 namespace bloomery::cpu {
 
@@ -53,14 +53,6 @@ void CpuBackend::rope(Tensor& x, std::span<const int64_t> pos, const RopeSpec& r
 
 namespace {
 
-// A cache element as f32: f32 caches as they are, BF16 ones (-ctk/-ctv) widened exactly.
-inline float kv_at(const float* p, int64_t i) {
-  return p[i];
-}
-inline float kv_at(const uint16_t* p, int64_t i) {
-  return elem::bf16(p[i]);
-}
-
 template <typename KV>
 void attend(ThreadPool& pool, float* O, const float* Q, const KV* K, const KV* V, const float* A, int64_t T,
             int64_t Hq, int64_t d, int64_t S, int64_t Hkv, int64_t dv, int64_t q0, float scale) {
@@ -79,7 +71,7 @@ void attend(ThreadPool& pool, float* O, const float* Q, const KV* K, const KV* V
         }
         const KV* kv = K + (j * Hkv + kh) * d;
         float sdot = 0.0f;
-        for (int64_t e = 0; e < d; ++e) sdot += qv[e] * kv_at(kv, e);
+        for (int64_t e = 0; e < d; ++e) sdot += qv[e] * cache_at(kv, e);
         p[j] = sdot * scale;
         mx = std::max(mx, p[j]);
       }
@@ -96,7 +88,7 @@ void attend(ThreadPool& pool, float* O, const float* Q, const KV* K, const KV* V
         if (p[j] == 0.0f) continue;
         const float w = p[j] * inv;
         const KV* vv = V + (j * Hkv + kh) * dv;
-        for (int64_t e = 0; e < dv; ++e) o[e] += w * kv_at(vv, e);
+        for (int64_t e = 0; e < dv; ++e) o[e] += w * cache_at(vv, e);
       }
     }
   });

@@ -5,9 +5,9 @@
 #include <cmath>
 
 #include "backend/backend.h"
+#include "backend/cpu/cache_element.h"
 #include "backend/cpu/cpu_family_ops.h"
 #include "backend/cpu/qsa.h"
-#include "formats/elements.h"
 
 namespace bloomery::cpu {
 
@@ -111,14 +111,6 @@ int64_t CpuFamilyOps::dsa_index_select(Tensor& allowed, const Tensor& qi, const 
 
 namespace {
 
-// A latent cache row's element as f32: the cache is f32 or BF16 (-ctk/-ctv), widened exactly.
-inline float latent_at(const float* p, int64_t i) {
-  return p[i];
-}
-inline float latent_at(const uint16_t* p, int64_t i) {
-  return elem::bf16(p[i]);
-}
-
 template <typename C>
 void mla_attend(ThreadPool& pool, float* O, const float* Q, const C* lat, const float* A, const float* Wkv,
                 int64_t T, int64_t H, int64_t dq, int64_t dv, int64_t L, int64_t S, int64_t q0, float scale) {
@@ -141,7 +133,7 @@ void mla_attend(ThreadPool& pool, float* O, const float* Q, const C* lat, const 
       for (size_t j = 0; j < sel.size(); ++j) {
         const C* ct = lat + sel[j] * L;
         float dot = 0;
-        for (int64_t l = 0; l < L; ++l) dot += qt[l] * latent_at(ct, l);
+        for (int64_t l = 0; l < L; ++l) dot += qt[l] * cache_at(ct, l);
         p[j] = dot * scale;
         mx = std::max(mx, p[j]);
       }
@@ -150,7 +142,7 @@ void mla_attend(ThreadPool& pool, float* O, const float* Q, const C* lat, const 
       std::fill(oc.begin(), oc.end(), 0.0f);
       for (size_t j = 0; j < sel.size(); ++j) {
         const C* ct = lat + sel[j] * L;
-        for (int64_t l = 0; l < L; ++l) oc[l] += (p[j] / sum) * latent_at(ct, l);
+        for (int64_t l = 0; l < L; ++l) oc[l] += (p[j] / sum) * cache_at(ct, l);
       }
       float* oh = O + (t * H + h) * dv;
       for (int64_t a = 0; a < dv; ++a) {
