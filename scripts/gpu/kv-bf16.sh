@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Device calls for the BF16 K/V cache (-ctk/-ctv bf16; issue 13's KV element types, issue 12's bytes at depth).
-#   check: the attention and cache-copy tests over BF16 caches (CudaOps.*Bf16*, the attention tests), GoldenCuda
+#   check: the whole GPU suite (the BF16-cache attention, copy and MLA tests among it), GoldenCuda
 #          with both engines' caches in BF16 (BLOOMERY_GOLDEN_KV=bf16), the speculative-decoding tests on the
 #          card over BF16 caches (Bf16Kv/SpecDecode.*), and the decode attention timings f32 vs BF16;
 #   ab:    `bench -ctk f32` against `bench -ctk bf16`, process by process, three rounds in alternation: full-size
@@ -10,14 +10,17 @@
 #          (models/kv_cache_type.h) becomes BF16 on the card.
 # Build and carry: BUILD_DIR=build-dev scripts/device-bundle.sh bloomery test_gpu test_runtime,
 #   tar -cJf .devcarry-all/b.txz .devcarry/bundle; device run, carry [".devcarry-all"],
-#   command: bash scripts/gpu/kv-bf16.sh check|ab
+#   command: bash scripts/gpu/kv-bf16.sh MODE... (check, spec, ab; in that order when several)
+#   spec:  the speculative-decoding tests on the card (every fixture, f32 and BF16 caches, 1000 greedy tokens).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
-q=(bench --backend cuda --synthetic qwen4_exp -p 4096 --pp-depths 0 -n 32 -d 4096 -c 1,4 -r 1)
-case "${1:-check}" in
-  check)  # about 5 minutes
-    gpu_suite kv-tests.txt '*Bf16*:CudaOps.Attention*:CudaOps.FlashAttentionPrompt:CudaOps.CopyRounds*:-*Timings*' 120
+# LAYERS=N cuts the synthetic model to N layers (the full 48 need an H200's memory; an H100 holds 24).
+q=(bench --backend cuda --synthetic qwen4_exp ${LAYERS:+--layers $LAYERS} -p 4096 --pp-depths 0 -n 32 -d 4096 -c 1,4 -r 1)
+for mode in "${@:-check}"; do
+case "$mode" in
+  check)  # about 7 minutes
+    gpu_suite gpu-tests.txt "" 260
     pack
     BLOOMERY_GOLDEN_KV=bf16 timeout 200 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='*GoldenCuda*' \
       > $out/golden-cuda-bf16kv.txt 2>&1
@@ -31,6 +34,12 @@ case "${1:-check}" in
     echo "timings rc=$?"; grep -E "^\[time\]" $out/attention-timings.txt | head -20
     pack
     ;;
+  spec)  # about 2 minutes
+    BLOOMERY_SPEC_BACKEND=cuda BLOOMERY_SPEC_TOKENS=1000 timeout 200 $B/bin/test_runtime --gtest_brief=1 \
+      --gtest_filter='*SpecDecode.*' > $out/spec-cuda.txt 2>&1
+    echo "spec cuda rc=$?"; grep -E "FAILED|PASSED|Failure|first difference|dlogit" $out/spec-cuda.txt | head -60
+    pack
+    ;;
   ab)  # about 8 minutes
     for r in 1 2 3; do
       for kv in f32 bf16; do
@@ -41,4 +50,5 @@ case "${1:-check}" in
     pack
     ;;
 esac
+done
 find $out -mindepth 1 -not -name all.tgz -delete

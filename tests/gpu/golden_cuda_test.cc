@@ -164,7 +164,8 @@ Loaded& load(const std::string& folder) {
   // BLOOMERY_GOLDEN_KV=bf16|f32 (default: the engine's auto type): both engines' K/V caches in that type, so
   // the whole suite runs against the goldens under the BF16 cache too (scripts/gpu/kv-bf16.sh).
   LoadOptions load;
-  if (const char* kv = std::getenv("BLOOMERY_GOLDEN_KV"); kv && *kv) load.kv_type = kv_cache_type(kv, "auto");
+  if (const char* kv = std::getenv("BLOOMERY_GOLDEN_KV"); kv && *kv)
+    load.kv_type = kv_cache_type(kv, "auto", "cuda");
   try {
     slot->cuda.backend = make_cuda_backend(0);
     slot->cuda.lm = load_model(dir, *slot->cuda.backend, load);
