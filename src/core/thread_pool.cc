@@ -2,6 +2,7 @@
 #include "core/thread_pool.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace bloomery {
 
@@ -35,13 +36,26 @@ void ThreadPool::worker_loop(int) {
       const auto* job = job_;
       int64_t b = c * job_chunk_, e = std::min(job_n_, b + job_chunk_);
       lock.unlock();
-      t_in_pool_task = true;
-      (*job)(b, e);
-      t_in_pool_task = false;
+      run_range(*job, b, e);
       lock.lock();
       if (++done_chunks_ == chunks_) cv_done_.notify_all();
     }
   }
+}
+
+void ThreadPool::run_range(const std::function<void(int64_t, int64_t)>& fn, int64_t begin, int64_t end) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (error_) return;
+  }
+  t_in_pool_task = true;
+  try {
+    fn(begin, end);
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!error_) error_ = std::current_exception();
+  }
+  t_in_pool_task = false;
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain) {
@@ -60,6 +74,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   chunks_ = (n + job_chunk_ - 1) / job_chunk_;
   next_chunk_ = 0;
   done_chunks_ = 0;
+  error_ = nullptr;
   ++generation_;
   cv_work_.notify_all();
   // The caller works too.
@@ -67,14 +82,13 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     int64_t c = next_chunk_++;
     int64_t b = c * job_chunk_, e = std::min(job_n_, b + job_chunk_);
     lock.unlock();
-    t_in_pool_task = true;
-    fn(b, e);
-    t_in_pool_task = false;
+    run_range(fn, b, e);
     lock.lock();
     ++done_chunks_;
   }
   cv_done_.wait(lock, [&] { return done_chunks_ == chunks_; });
   job_ = nullptr;
+  if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);
 }
 
 }  // namespace bloomery

@@ -3,6 +3,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -21,11 +22,16 @@ class ThreadPool {
   int size() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls fn(begin, end) over disjoint ranges covering [0, n), at least `grain` items each, and returns when
-  // all are done. Runs inline when n is small or when called from inside a pool task (no nesting).
+  // all are done. Runs inline when n is small or when called from inside a pool task (no nesting). The first
+  // exception a range throws, on any thread, is rethrown here once every range has finished or been skipped
+  // (ranges not yet started when it was thrown are skipped); the pool stays usable.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t)>& fn, int64_t grain = 1);
 
  private:
   void worker_loop(int index);
+  // One range of the current job, called without mu_ held: skipped once a range has thrown, else run with its
+  // exception kept in error_.
+  void run_range(const std::function<void(int64_t, int64_t)>& fn, int64_t begin, int64_t end);
 
   std::vector<std::thread> workers_;
   std::mutex mu_;
@@ -35,7 +41,8 @@ class ThreadPool {
   int64_t next_chunk_ = 0, chunks_ = 0, done_chunks_ = 0;
   uint64_t generation_ = 0;
   bool stop_ = false;
-  std::mutex run_mu_;  // one parallel_for at a time
+  std::exception_ptr error_;  // the current job's first exception (under mu_)
+  std::mutex run_mu_;         // one parallel_for at a time
 };
 
 }  // namespace bloomery

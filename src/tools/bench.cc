@@ -359,9 +359,12 @@ int run_bench(int argc, char** argv) {
   double load_s = 0;
   if (!synthetic.empty()) {
     const SyntheticLayout layout = parse_synthetic_layout(layout_name);
-    if (!group)
+    if (!group) {
+      check_synthetic_fits(plan_synthetic(synth_config(), layout), backend->memory_info().free_bytes,
+                           synth_name);
       sm = build_synthetic(synth_config(), *backend, layout, synthetic_hooks(*backend), threads, 42,
                            kv_load.kv_type);
+    }
     load_s = since(t_load);
     model = group ? group->model().model.get() : sm->model.get();
     costs = sm->costs;

@@ -452,6 +452,17 @@ std::vector<std::string> prefix_probe(const nlohmann::json& config) {
 
 }  // namespace
 
+void check_synthetic_fits(const SyntheticPlan& plan, uint64_t free_bytes, const std::string& name) {
+  uint64_t device = 0;
+  for (const auto& [format, bytes] : plan.bytes_by_format) device += bytes;
+  device -= std::min(device, plan.table_bytes);
+  if (free_bytes == 0 || device <= free_bytes) return;
+  raise("E_MEMORY_PLAN", Where{"", "", "--synthetic"},
+        fmt::format("at most {} MiB of weights (the device's free memory)", free_bytes >> 20),
+        fmt::format("{} MiB of stored weights for {}", device >> 20, name),
+        "nothing was allocated; --layers N builds the first N layers");
+}
+
 SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layout) {
   SyntheticPlan sp;
   sp.config = read_model_config(config, prefix_probe(config));

@@ -92,6 +92,11 @@ struct SyntheticPlan {
   uint64_t table_bytes = 0;
 };
 SyntheticPlan plan_synthetic(const nlohmann::json& config, SyntheticLayout layout);
+// E_MEMORY_PLAN, before any weight is made, when the plan's stored weights (the host table apart, which stays
+// in host memory) exceed free_bytes (0: unknown, nothing checked), naming `name` and --layers as the way out.
+// A lower bound: caches and scratch come on top, so a model just under it can still fail an allocation (with
+// the tensor's name, E_CUDA).
+void check_synthetic_fits(const SyntheticPlan& plan, uint64_t free_bytes, const std::string& name);
 
 // Builds config's model with random weights on `backend`, `threads` host workers (0: every core); its K/V
 // caches in kv_type (-ctk/-ctv).

@@ -1,6 +1,9 @@
 #include "core/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
+#include <stdexcept>
+#include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -26,6 +29,32 @@ TEST(ThreadPool, NestedCallsRunInline) {
     for (int64_t i = b; i < e; ++i) pool.parallel_for(10, [&](int64_t b2, int64_t e2) { total += e2 - b2; });
   });
   EXPECT_EQ(total.load(), 80);
+}
+
+// A range that throws on a worker thread reaches parallel_for's caller (instead of ending the process), after
+// every range has finished; the pool then runs the next job whole.
+TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
+  ThreadPool pool(4);
+  const std::thread::id caller = std::this_thread::get_id();
+  std::atomic<int> worker_ranges{0};
+  try {
+    pool.parallel_for(64, [&](int64_t, int64_t) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // every thread gets ranges
+      if (std::this_thread::get_id() != caller) {
+        ++worker_ranges;
+        throw std::runtime_error("range failed on a worker");
+      }
+    });
+    FAIL() << "no exception reached the caller";
+  } catch (const std::runtime_error& e) {
+    EXPECT_STREQ(e.what(), "range failed on a worker");
+  }
+  EXPECT_GE(worker_ranges.load(), 1);
+  std::vector<std::atomic<int>> hits(1000);
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) hits[i]++;
+  });
+  for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
 }
 
 }  // namespace bloomery

@@ -236,5 +236,26 @@ TEST(Synthetic, FullSizePlanMatchesTheSpecBytes) {
   EXPECT_NEAR(static_cast<double>(q.dense + q.experts) / 1e9, 6.47, 0.03);
 }
 
+// The full-size model's stored weights without its host table (80.5 GB) do not fit 64 GiB: refused by
+// name before anything is built; a card with room, or an unknown free size, passes.
+TEST(Synthetic, AModelBeyondTheDevicesMemoryIsRefusedBeforeItIsBuilt) {
+  const SyntheticPlan nv = plan_synthetic(synthetic_config("qwen4_exp"), SyntheticLayout::Nvidia);
+  uint64_t device = 0;
+  for (const auto& [format, bytes] : nv.bytes_by_format) device += bytes;
+  device -= nv.table_bytes;
+  EXPECT_NEAR(static_cast<double>(device) / 1e9, 80.5, 0.1);
+  try {
+    check_synthetic_fits(nv, 64ull << 30, "synthetic qwen4_exp");
+    FAIL() << "not refused";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("E_MEMORY_PLAN"), std::string::npos) << what;
+    EXPECT_NE(what.find("synthetic qwen4_exp"), std::string::npos) << what;
+    EXPECT_NE(what.find("--layers"), std::string::npos) << what;
+  }
+  EXPECT_NO_THROW(check_synthetic_fits(nv, device, "synthetic qwen4_exp"));
+  EXPECT_NO_THROW(check_synthetic_fits(nv, 0, "synthetic qwen4_exp"));
+}
+
 }  // namespace
 }  // namespace bloomery::tools
