@@ -12,14 +12,11 @@
 
 namespace bloomery {
 
-// The engine's choice for -ctk/-ctv auto ("cpu" or "cuda", the engine's name): f32 on both engines. The CPU
-// engine is the f32 reference. The card's BF16 cache passed its accuracy gate (docs/accuracy.md) but decodes
-// 1-3 % slower than f32 (its decode attention is not bound by the bytes it reads; docs/performance.md, "BF16
-// K/V caches on the card"), so it is the memory choice (-ctk bf16), not the default, until that changes.
-inline ElemType default_kv_type(std::string_view engine) {
-  (void)engine;
-  return ElemType::F32;
-}
+// -ctk/-ctv auto: f32 on both engines. The CPU engine is the f32 reference. The card's BF16 cache passed its
+// accuracy gate (docs/accuracy.md) but decodes 1-3 % slower than f32 (its decode attention is not bound by
+// the bytes it reads; docs/performance.md, "BF16 K/V caches on the card"), so it is the memory choice (-ctk
+// bf16), not the default, until that changes.
+inline constexpr ElemType kDefaultKvType = ElemType::F32;
 
 // One value's check, for a flag parser: E_FLAG_REFUSED for a quantized type (q8_0, q4_0, …, fp8: refused by
 // name until they exist behind an accuracy gate), E_FLAG_VALUE for anything else unknown.
@@ -35,15 +32,15 @@ inline void check_kv_cache_value(std::string_view flag, std::string_view value) 
   raise("E_FLAG_VALUE", Where{"", "", std::string(flag)}, expected, "'" + std::string(value) + "'");
 }
 
-// auto -> default_kv_type(engine), or the other flag's type when only one is given (launch scripts often
+// auto -> kDefaultKvType, or the other flag's type when only one is given (launch scripts often
 // pass only -ctk); f16 and bf16 -> BF16 (bloomery's half-precision cache is BF16: the activations' range, no
 // overflow of large keys); f32 -> F32. K and V take one type (the attention reads both alike, and GLM's MLA
 // latent is K and V at once): two different ones are refused.
-inline ElemType kv_cache_type(std::string_view k_value, std::string_view v_value, std::string_view engine) {
+inline ElemType kv_cache_type(std::string_view k_value, std::string_view v_value) {
   check_kv_cache_value("-ctk/--cache-type-k", k_value);
   check_kv_cache_value("-ctv/--cache-type-v", v_value);
-  const auto named = [engine](std::string_view v) {
-    if (v == "auto") return default_kv_type(engine);
+  const auto named = [](std::string_view v) {
+    if (v == "auto") return kDefaultKvType;
     return v == "f32" ? ElemType::F32 : ElemType::BF16;
   };
   if (k_value == "auto") return named(v_value);

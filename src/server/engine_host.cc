@@ -60,7 +60,7 @@ std::unique_ptr<EngineHost> EngineHost::prepare(const ServerOptions& o) {
     mem = cpu::CpuBackend(1).memory_info();
   }
   // Every check serve runs before loading, the same function `bloomery inspect` runs.
-  h->kv_type_ = kv_cache_type(o.cache_type_k, o.cache_type_v, pick.name);
+  h->kv_type_ = kv_cache_type(o.cache_type_k, o.cache_type_v);
   CheckedCheckpoint checked = check_checkpoint(h->folder_, pick.name, mem, o.chat_template_file, h->kv_type_);
   h->lm_ = std::move(checked.lm);
   h->tokenizer_ = std::move(checked.tokenizer);

@@ -899,7 +899,7 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "TYPE",
        "auto",
-       "KV cache type for K: auto (the engine's choice: f32 on both engines), f16 or bf16 (a BF16 "
+       "KV cache type for K: auto (f32 on both engines), f16 or bf16 (a BF16 "
        "cache: half the memory, decode 1-3 % slower on the card), f32; one of -ctk/-ctv alone sets both; "
        "quantized types are refused",
        [](O& o, auto& f, auto& v) { set_cache_type(o.cache_type_k, f, v); }},
@@ -909,7 +909,7 @@ const std::vector<Flag>& flag_table() {
        Kind::Value,
        "TYPE",
        "auto",
-       "KV cache type for V: auto (the engine's choice: f32 on both engines), f16 or bf16 (a BF16 "
+       "KV cache type for V: auto (f32 on both engines), f16 or bf16 (a BF16 "
        "cache: half the memory, decode 1-3 % slower on the card), f32; one of -ctk/-ctv alone sets both; "
        "quantized types are refused",
        [](O& o, auto& f, auto& v) { set_cache_type(o.cache_type_v, f, v); }},
@@ -1284,7 +1284,7 @@ ServerOptions parse_flags(const std::vector<std::string>& args, const EnvLookup&
           "'none'", "drop -sm none or --tp");
   if (o.split_mode == "tensor" && o.tp == 1 && o.nodes.empty())
     o.warnings.push_back(o.split_mode_flag + " tensor with one rank runs as none: give --tp N or --nodes");
-  (void)kv_cache_type(o.cache_type_k, o.cache_type_v, "cpu");  // one type for K and V, else refused by name
+  (void)kv_cache_type(o.cache_type_k, o.cache_type_v);  // one type for K and V, else refused by name
   if (o.user_set("tp-launch") && o.tp_launch != "auto" && !o.nodes.empty())
     o.warnings.push_back("--tp-launch " + o.tp_launch +
                          " has no effect with --nodes (each node is a process)");

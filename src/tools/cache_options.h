@@ -13,15 +13,15 @@ namespace bloomery::tools {
 
 struct KvCacheFlags {
   std::string k = "auto", v = "auto";
-  // The type on `engine` ("cpu" or "cuda", for auto); E_FLAG_VALUE / E_FLAG_REFUSED by name.
-  ElemType type(std::string_view engine) const { return kv_cache_type(k, v, engine); }
+  // E_FLAG_VALUE / E_FLAG_REFUSED by name.
+  ElemType type() const { return kv_cache_type(k, v); }
 };
 
 // The long names; call respell_kv_cache_flags on argv first for llama-server's -ctk/-ctv (CLI11 takes no
 // multi-letter single-dash names).
 inline void add_kv_cache_options(CLI::App& app, KvCacheFlags& f) {
   const char* what =
-      "(-ctk / -ctv) KV cache type: auto (the engine's choice: f32 on both engines), f16 or bf16 (a BF16 "
+      "(-ctk / -ctv) KV cache type: auto (f32 on both engines), f16 or bf16 (a BF16 "
       "cache: half the memory, decode 1-3 % slower on the card), f32; one flag alone sets K and V";
   app.add_option("--cache-type-k", f.k, what);
   app.add_option("--cache-type-v", f.v, what);

@@ -245,7 +245,7 @@ int run_run(int argc, char** argv) {
   load.progress = no_progress ? ProgressMode::Quiet : ProgressMode::Auto;
   load.bulk = !per_weight;
   load.require_draft = spec_type == "draft-mtp";  // refused before anything is allocated, on every rank
-  load.kv_type = kv_flags.type(backend_name);
+  load.kv_type = kv_flags.type();
   load.on_plan = [&](const MemoryPlan& plan) {
     if (no_progress) return;
     for (const std::string& line : plan.lines()) std::fprintf(stderr, "%s\n", line.c_str());

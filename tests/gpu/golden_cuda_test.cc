@@ -165,7 +165,7 @@ Loaded& load(const std::string& folder) {
   // the whole suite runs against the goldens under the BF16 cache too (scripts/gpu/kv-bf16.sh).
   LoadOptions load;
   if (const char* kv = std::getenv("BLOOMERY_GOLDEN_KV"); kv && *kv)
-    load.kv_type = kv_cache_type(kv, "auto", "cuda");
+    load.kv_type = kv_cache_type(kv, "auto");
   try {
     slot->cuda.backend = make_cuda_backend(0);
     slot->cuda.lm = load_model(dir, *slot->cuda.backend, load);
