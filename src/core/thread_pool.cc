@@ -31,23 +31,25 @@ void ThreadPool::worker_loop(int) {
     cv_work_.wait(lock, [&] { return stop_ || generation_ != seen; });
     if (stop_) return;
     seen = generation_;
-    while (next_chunk_ < chunks_) {
-      int64_t c = next_chunk_++;
-      const auto* job = job_;
-      int64_t b = c * job_chunk_, e = std::min(job_n_, b + job_chunk_);
+    if (job_) run_chunks(lock, *job_);  // null when the caller finished every chunk before this wake-up
+  }
+}
+
+void ThreadPool::run_chunks(std::unique_lock<std::mutex>& lock,
+                            const std::function<void(int64_t, int64_t)>& fn) {
+  while (next_chunk_ < chunks_) {
+    const int64_t c = next_chunk_++;
+    if (!error_) {  // read under mu_, which is held here: once a range has thrown, the rest are skipped
+      const int64_t b = c * job_chunk_, e = std::min(job_n_, b + job_chunk_);
       lock.unlock();
-      run_range(*job, b, e);
+      run_range(fn, b, e);
       lock.lock();
-      if (++done_chunks_ == chunks_) cv_done_.notify_all();
     }
+    if (++done_chunks_ == chunks_) cv_done_.notify_all();
   }
 }
 
 void ThreadPool::run_range(const std::function<void(int64_t, int64_t)>& fn, int64_t begin, int64_t end) {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    if (error_) return;
-  }
   t_in_pool_task = true;
   try {
     fn(begin, end);
@@ -77,15 +79,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
   error_ = nullptr;
   ++generation_;
   cv_work_.notify_all();
-  // The caller works too.
-  while (next_chunk_ < chunks_) {
-    int64_t c = next_chunk_++;
-    int64_t b = c * job_chunk_, e = std::min(job_n_, b + job_chunk_);
-    lock.unlock();
-    run_range(fn, b, e);
-    lock.lock();
-    ++done_chunks_;
-  }
+  run_chunks(lock, fn);  // the caller works too
   cv_done_.wait(lock, [&] { return done_chunks_ == chunks_; });
   job_ = nullptr;
   if (std::exception_ptr error = std::exchange(error_, nullptr)) std::rethrow_exception(error);

@@ -29,8 +29,10 @@ class ThreadPool {
 
  private:
   void worker_loop(int index);
-  // One range of the current job, called without mu_ held: skipped once a range has thrown, else run with its
-  // exception kept in error_.
+  // Takes the current job's chunks until none is left, with mu_ held by `lock` (released while a range runs);
+  // a chunk taken after a range has thrown is counted done without running.
+  void run_chunks(std::unique_lock<std::mutex>& lock, const std::function<void(int64_t, int64_t)>& fn);
+  // One range, called without mu_ held; its exception is kept in error_ (the first one wins).
   void run_range(const std::function<void(int64_t, int64_t)>& fn, int64_t begin, int64_t end);
 
   std::vector<std::thread> workers_;
