@@ -254,7 +254,7 @@ int run_bench(int argc, char** argv) {
   respell_kv_cache_flags(argc, argv);
   CLI11_PARSE(app, argc, argv);
   LoadOptions kv_load;
-  kv_load.kv_type = kv_flags.type("cuda");  // checked before anything is built; --plan-only plans the card
+  kv_load.kv_type = kv_flags.type();  // checked before anything is built
   // --json-out is rewritten whole after every test, so an interrupted run keeps what it measured.
   auto write_json_out = [&](const nlohmann::json& doc) {
     if (!json_out.empty()) std::ofstream(json_out) << doc.dump(2) << "\n";
@@ -300,7 +300,6 @@ int run_bench(int argc, char** argv) {
   }
   const TpLayout tp = resolve_tp(tp_flags);
   backend_name = pick_backend(backend_name, folder).name;
-  kv_load.kv_type = kv_flags.type(backend_name);
   if (graphs_mode == "off") setenv("BLOOMERY_CUDA_GRAPHS", "0", 1);
   if (graphs_mode == "on" || graphs_mode == "ab") setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);  // read at creation
   bp.graphs_ab = graphs_mode == "ab";
