@@ -18,11 +18,10 @@ namespace bloomery::cuda {
 
 void* Scratch::get(size_t bytes) {
   if (bytes > bytes_) {
-    if (ptr_ && graphs_ && graphs_->in_step()) {
-      graphs_->defer([p = ptr_] { BLOOMERY_CUDA_CHECK(cudaFree(p), "scratch free (after a graph step)"); });
-    } else if (ptr_) {
-      BLOOMERY_CUDA_CHECK(cudaFree(ptr_), "scratch free");  // synchronises: no kernel still reads it
-    }
+    // Inside a step captured nodes may still read the old buffer: it goes once the step has run (cudaFree
+    // outside a step synchronises, so no kernel still reads it).
+    if (ptr_)
+      StepGraphs::free_after_step(graphs_, [p = ptr_] { BLOOMERY_CUDA_CHECK(cudaFree(p), "scratch free"); });
     ptr_ = nullptr;
     const size_t want = std::max(bytes, bytes_ * 2);
     BLOOMERY_CUDA_CHECK(cudaMalloc(&ptr_, want), "scratch alloc " + std::to_string(want) + " bytes");

@@ -112,20 +112,25 @@ void StepGraphs::begin(cudaStream_t s, uint64_t key) {
   in_step_ = true;
   segment_ = 0;
   layers_ = 0;
-  if (current_->mode == Mode::Capture) {
-    capture_start_ = now_s();
-    BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
-    capturing_ = true;
-  }
+  if (current_->mode == Mode::Capture) start_capture(s);
+}
+
+void StepGraphs::start_capture(cudaStream_t s) {
+  capture_start_ = now_s();
+  BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
+  capturing_ = true;
+}
+
+void StepGraphs::keep_eager() {
+  current_->mode = Mode::Eager;
+  ++stats_.eager_keys;
 }
 
 void StepGraphs::layer_done(cudaStream_t s) {
   if (!capturing_ || segment_layers_ <= 0 || ++layers_ < segment_layers_) return;
   layers_ = 0;
   launch_segment(s);
-  capture_start_ = now_s();
-  BLOOMERY_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeRelaxed), "step graph: begin capture");
-  capturing_ = true;
+  start_capture(s);
 }
 
 void StepGraphs::end(cudaStream_t s) {
@@ -140,8 +145,10 @@ void StepGraphs::end(cudaStream_t s) {
     return;
   }
   if (current_->mode == Mode::WarmUp) {
-    current_->mode = unsafe_op_ ? Mode::Eager : Mode::Capture;
-    if (unsafe_op_) ++stats_.eager_keys;
+    if (unsafe_op_)
+      keep_eager();
+    else
+      current_->mode = Mode::Capture;
   }
   finish(s);
 }
@@ -152,8 +159,7 @@ void StepGraphs::launch_segment(cudaStream_t s) {
   const cudaError_t ended = cudaStreamEndCapture(s, &graph);
   if (ended != cudaSuccess) {
     if (graph) cudaGraphDestroy(graph);
-    current_->mode = Mode::Eager;  // do not try this key again
-    ++stats_.eager_keys;
+    keep_eager();  // do not try this key again
     in_step_ = false;
     cuda_fail(ended, "cudaStreamEndCapture", "step graph: end capture", __FILE__, __LINE__);
   }
@@ -206,8 +212,7 @@ cudaGraphExec_t StepGraphs::apply(cudaGraph_t graph) {
     cudaGraphDestroy(graph);
     if (built != cudaSuccess) {
       v->exec = nullptr;
-      current_->mode = Mode::Eager;
-      ++stats_.eager_keys;
+      keep_eager();
       in_step_ = false;
       cuda_fail(built, "cudaGraphInstantiate", "step graph: instantiate", __FILE__, __LINE__);
     }
@@ -245,8 +250,7 @@ void StepGraphs::finish(cudaStream_t s) {
 void StepGraphs::not_capturable(const char* op) {
   if (!in_step_) return;
   if (capturing_) {
-    current_->mode = Mode::Eager;  // the next step of this shape runs eagerly
-    ++stats_.eager_keys;
+    keep_eager();  // the next step of this shape runs eagerly
     raise("E_CUDA_GRAPH", Where{"", "", op}, "ops that can be recorded in a CUDA graph step",
           std::string(op) + " (it read device data on the host); run with BLOOMERY_CUDA_GRAPHS=0");
   }

@@ -102,6 +102,13 @@ class StepGraphs {
   void not_capturable(const char* op);
   // Runs `free_fn` once the current step has run (at once outside a step).
   void defer(std::function<void()> free_fn);
+  // defer() on `graphs`, or `free_fn` at once where a buffer has no step graphs (graphs may be null).
+  static void free_after_step(StepGraphs* graphs, std::function<void()> free_fn) {
+    if (graphs)
+      graphs->defer(std::move(free_fn));
+    else
+      free_fn();
+  }
   PinnedArena& arena() { return arena_; }
   const StepGraphStats& stats() const { return stats_; }
 
@@ -122,6 +129,8 @@ class StepGraphs {
   void finish(cudaStream_t s);  // waits for the step, runs the deferred frees, leaves the step
   // Ends the current segment's capture and launches it (updating or instantiating its executable graph).
   void launch_segment(cudaStream_t s);
+  void start_capture(cudaStream_t s);        // begins capturing the next segment on s
+  void keep_eager();                         // the current key's steps run eagerly from now on
   cudaGraphExec_t apply(cudaGraph_t graph);  // the segment's executable graph, updated from `graph`
 
   bool enabled_ = false;

@@ -275,11 +275,7 @@ void HostTable::ensure_device(size_t bytes) {
 }
 
 void HostTable::release(std::function<void()> free_fn) {
-  if (graphs_) {
-    graphs_->defer(std::move(free_fn));  // runs at once outside a step
-  } else {
-    free_fn();
-  }
+  StepGraphs::free_after_step(graphs_, std::move(free_fn));
 }
 
 Slot& HostTable::free_slot(size_t bytes) {
