@@ -161,11 +161,10 @@ Loaded& load(const std::string& folder) {
   if (slot) return *slot;
   slot = std::make_unique<Loaded>();
   const fs::path dir = fixtures_dir() / "models" / folder;
-  // BLOOMERY_GOLDEN_KV=bf16|f32 (default: the engine's auto type): both engines' K/V caches in that type, so
+  // BLOOMERY_GOLDEN_KV=bf16|f32 (default: auto, i.e. f32): both engines' K/V caches in that type, so
   // the whole suite runs against the goldens under the BF16 cache too (scripts/gpu/kv-bf16.sh).
   LoadOptions load;
-  if (const char* kv = std::getenv("BLOOMERY_GOLDEN_KV"); kv && *kv)
-    load.kv_type = kv_cache_type(kv, "auto");
+  if (const char* kv = std::getenv("BLOOMERY_GOLDEN_KV"); kv && *kv) load.kv_type = kv_cache_type(kv, "auto");
   try {
     slot->cuda.backend = make_cuda_backend(0);
     slot->cuda.lm = load_model(dir, *slot->cuda.backend, load);

@@ -164,9 +164,8 @@ TEST(Flags, RefusedFlagsSayWhy) {
   EXPECT_NE(error_of({"-m", "/x", "-ctk", "nonsense"}).find("E_FLAG_VALUE"), std::string::npos);
 }
 
-// -ctk/-ctv with llama-server's meaning (models/kv_cache_type.h): f16 and bf16 are a BF16 cache, f32 the
-// f32 one, auto (the default) f32; one flag alone sets both, K and V of two types are
-// refused.
+// -ctk/-ctv with llama-server's meaning (models/kv_cache_type.h): f16 and bf16 are a BF16 cache, f32 and auto
+// (the default) the f32 one; one flag alone sets both, K and V of two types are refused.
 TEST(Flags, CacheTypes) {
   const ServerOptions d = parse({"-m", "/x"});
   EXPECT_EQ(d.cache_type_k, "auto");
