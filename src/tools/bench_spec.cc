@@ -62,7 +62,8 @@ double time_draft(Backend& be, Model& m, const BenchHooks& h, SequenceState& st,
   const int64_t p0 = st.draft_pos;
   h.sync();
   const auto t0 = Clock::now();
-  ForwardResult r = m.draft(be, st, hidden, std::span(&pending, 1));
+  const Model::DraftEntry e{&st, hidden, std::span(&pending, 1)};
+  ForwardResult r = std::move(draft_step(m, be, std::span(&e, 1))[0]);  // as the scheduler drafts
   (void)h.greedy(std::span(&r.logits, 1));
   h.sync();
   const double ms = ms_since(t0);
