@@ -1,7 +1,6 @@
 // One engine step as the unit a backend may record and replay (Backend::begin_step, CUDA graphs): a decode
-// step of several sequences (each entry a token or a short MTP verify), or a draft-layer pass of a few rows
-// each, is bracketed and keyed by its shape; a step that reads a prompt chunk runs as it is, since its shapes
-// change from call to call.
+// step of several sequences (each entry a token or a short MTP verify) is bracketed and keyed by its shape; a
+// step that reads a prompt chunk runs as it is, since its shapes change from call to call.
 #pragma once
 
 #include <cstdint>
@@ -30,26 +29,12 @@ inline uint64_t step_graph_key(std::span<const Model::BatchEntry> entries) {
   return h == 0 ? 1 : h;
 }
 
-// The draft layer's pass over several sequences (Model::draft_batch) keyed apart from forward steps: rows per
-// entry, after a tag no forward key starts from. 0 = not a graph step (an entry of more rows than a graph
-// step takes: a long catch-up after a prompt).
-inline uint64_t draft_graph_key(std::span<const Model::DraftEntry> entries) {
-  if (entries.empty()) return 0;
-  uint64_t h = 0x6a09e667f3bcc909ull;  // FNV-1a from another offset basis: the tag of draft passes
-  for (const Model::DraftEntry& e : entries) {
-    if (e.next_ids.size() > kStepGraphMaxTokens) return 0;
-    h ^= static_cast<uint64_t>(e.next_ids.size());
-    h *= 1099511628211ull;
-  }
-  return h == 0 ? 1 : h;
-}
-
-// fn() inside backend.begin_step(key) … end_step() when key ≠ 0 (a step whose fn throws is dropped, not left
-// open), else fn() as it is.
-template <class F>
-auto run_as_step(Backend& backend, uint64_t key, F&& fn) {
-  if (key == 0) return fn();
-  struct Scope {
+// Model::forward_batch inside begin_step/end_step when the entries make a graph step.
+inline std::vector<ForwardResult> forward_step(Model& model, Backend& backend,
+                                               std::span<const Model::BatchEntry> entries) {
+  const uint64_t key = step_graph_key(entries);
+  if (key == 0) return model.forward_batch(backend, entries);
+  struct Scope {  // a step whose forward throws is dropped, not left open
     Backend& be;
     bool open = true;
     ~Scope() {
@@ -57,23 +42,10 @@ auto run_as_step(Backend& backend, uint64_t key, F&& fn) {
     }
   } scope{backend};
   backend.begin_step(key);
-  auto out = fn();
+  std::vector<ForwardResult> out = model.forward_batch(backend, entries);
   scope.open = false;
   backend.end_step();
   return out;
-}
-
-// Model::forward_batch inside begin_step/end_step when the entries make a graph step.
-inline std::vector<ForwardResult> forward_step(Model& model, Backend& backend,
-                                               std::span<const Model::BatchEntry> entries) {
-  return run_as_step(backend, step_graph_key(entries), [&] { return model.forward_batch(backend, entries); });
-}
-
-// Model::draft_batch as a graph step when its entries make one (draft steps of a few rows, and catch-ups
-// over the rows a verify accepted).
-inline std::vector<ForwardResult> draft_step(Model& model, Backend& backend,
-                                             std::span<const Model::DraftEntry> entries) {
-  return run_as_step(backend, draft_graph_key(entries), [&] { return model.draft_batch(backend, entries); });
 }
 
 }  // namespace bloomery

@@ -51,8 +51,7 @@ std::vector<std::vector<float>> Engine::decode(std::span<const SeqId> seqs, std:
 }
 
 std::vector<float> Engine::draft(SeqId seq, const Tensor& hidden, std::span<const int32_t> next_ids) {
-  const Model::DraftEntry e{&state(seq), hidden, next_ids};
-  ForwardResult r = std::move(draft_step(model_, backend_, std::span(&e, 1))[0]);
+  ForwardResult r = model_.draft(backend_, state(seq), hidden, next_ids);
   return backend_.download(r.logits);
 }
 

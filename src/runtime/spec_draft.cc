@@ -5,7 +5,6 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "models/forward_step.h"
 #include "runtime/sampler.h"
 
 namespace bloomery {
@@ -65,8 +64,7 @@ void end_catch_up(SequenceState& st, int64_t n) {
 // Runs the draft layer over the first n queued rows and drops them from the queue.
 ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n) {
   CatchUp c = begin_catch_up(be, st, n);
-  const Model::DraftEntry e{&st, c.hidden, c.next};
-  ForwardResult r = std::move(draft_step(model, be, std::span(&e, 1))[0]);
+  ForwardResult r = model.draft(be, st, c.hidden, c.next);
   end_catch_up(st, n);
   return r;
 }
@@ -135,7 +133,7 @@ void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, co
   if (live.empty()) return;
   std::vector<Model::DraftEntry> entries;
   for (size_t i = 0; i < live.size(); ++i) entries.push_back({live[i]->state, ups[i].hidden, ups[i].next});
-  std::vector<ForwardResult> r = draft_step(model, be, entries);
+  std::vector<ForwardResult> r = model.draft_batch(be, entries);
   for (size_t i = 0; i < live.size(); ++i)
     end_catch_up(*live[i]->state, static_cast<int64_t>(ups[i].next.size()));
   // Then one draft step a pass for every sequence still drafting, its picks in one call.
@@ -164,7 +162,7 @@ void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, co
     entries.clear();
     for (size_t i = 0; i < live.size(); ++i)
       entries.push_back({live[i]->state, next_hidden[i], std::span(&next_ids[i], 1)});
-    r = draft_step(model, be, entries);
+    r = model.draft_batch(be, entries);
   }
 }
 

@@ -180,13 +180,8 @@ class Runner {
       if (r.skipped) continue;
       if (r.ms.empty()) r.depth = st.pos;
       for (int64_t i = 0; i < samples; ++i) {
-        if (r.test == "draft") {
-          bool finite = true;
-          r.ms.push_back(time_draft(be_, m_, h_, st, tokens(1, &spec_rng_)[0], finite));
-          r.finite = r.finite && finite;
-          continue;
-        }
-        const VerifyTiming t = time_verify(be_, m_, h_, st, tokens(r.tokens, &spec_rng_));
+        const VerifyTiming t = r.test == "draft" ? time_draft(be_, m_, h_, st, tokens(1, &spec_rng_)[0])
+                                                 : time_verify(be_, m_, h_, st, tokens(r.tokens, &spec_rng_));
         r.ms.push_back(t.ms);
         r.rollback_ms.push_back(t.rollback_ms);
         r.replayed += t.replayed ? 1 : 0;
@@ -276,7 +271,6 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
     BenchRow s = tg;
     s.test = "draft";
     s.tokens = 1;
-    s.step = "eager";  // the scheduler brackets no draft call as a step
     if (!model.info().has_draft && !s.skipped) {
       s.skipped = true;
       s.skip_reason = "no MTP/NextN draft layer";
@@ -387,12 +381,10 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         for (BenchRow& s : spec) {
           const double tg_ms = percentile(r.ms, 0.5);
           s.ratio = tg_ms > 0 ? percentile(s.ms, 0.5) / tg_ms : 0.0;
-          if (s.test != "draft") {
-            const int64_t N = static_cast<int64_t>(s.ms.size());
-            s.step = s.replayed == 0   ? "eager"
-                     : s.replayed == N ? "graph"
-                                       : "graph " + std::to_string(s.replayed) + "/" + std::to_string(N);
-          }
+          const int64_t N = static_cast<int64_t>(s.ms.size());
+          s.step = s.replayed == 0   ? "eager"
+                   : s.replayed == N ? "graph"
+                                     : "graph " + std::to_string(s.replayed) + "/" + std::to_string(N);
           finish(s, t0);
         }
       }

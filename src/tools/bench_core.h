@@ -85,7 +85,7 @@ struct BenchRow {
   double ratio = 0;                 // median ms / that tg row's median ms
   std::vector<double> rollback_ms;  // verifyK: the commit(1) part of each ms (included in it)
   int64_t replayed = 0;             // verifyK: samples the backend replayed as captured graphs
-  std::string step;  // verifyK: "graph", "eager" or "graph R/N" (R of N replayed); draft: "eager"
+  std::string step;                 // verifyK and draft: "graph", "eager" or "graph R/N" (R of N replayed)
 };
 
 // True for the rows of BenchParams::spec_rows.

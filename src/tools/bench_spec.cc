@@ -55,21 +55,22 @@ void draft_ready(Backend& be, Model& m, SequenceState& st) {
           st.draft_rows.empty() ? "an empty queue" : "draft position " + std::to_string(st.draft_pos));
 }
 
-double time_draft(Backend& be, Model& m, const BenchHooks& h, SequenceState& st, int32_t pending,
-                  bool& finite) {
+VerifyTiming time_draft(Backend& be, Model& m, const BenchHooks& h, SequenceState& st, int32_t pending) {
   const Tensor& last = st.draft_rows.back();
   const Tensor hidden = last.slice(last.rows() - 1, 1);
   const int64_t p0 = st.draft_pos;
+  const uint64_t replays = h.graph_replays ? h.graph_replays() : 0;
+  VerifyTiming t;
   h.sync();
   const auto t0 = Clock::now();
-  const Model::DraftEntry e{&st, hidden, std::span(&pending, 1)};
-  ForwardResult r = std::move(draft_step(m, be, std::span(&e, 1))[0]);  // as the scheduler drafts
+  ForwardResult r = m.draft(be, st, hidden, std::span(&pending, 1));
   (void)h.greedy(std::span(&r.logits, 1));
   h.sync();
-  const double ms = ms_since(t0);
+  t.ms = ms_since(t0);
+  t.replayed = h.graph_replays && h.graph_replays() > replays;
   st.draft_pos = p0;
-  finite = last_row_finite(be, r.logits);
-  return ms;
+  t.finite = last_row_finite(be, r.logits);
+  return t;
 }
 
 }  // namespace bloomery::tools

@@ -37,9 +37,10 @@ VerifyTiming time_verify(Backend& be, Model& m, const BenchHooks& h, SequenceSta
 // (SequenceState::draft_rows), so that one row waits for the pending token, as after a plain decode.
 void draft_ready(Backend& be, Model& m, SequenceState& st);
 
-// One draft step for `pending` from the queued row; the draft position is rewound after it (positional: the
-// next step writes the same cache row again). `finite`: its logits were.
-double time_draft(Backend& be, Model& m, const BenchHooks& h, SequenceState& st, int32_t pending,
-                  bool& finite);
+// One draft step for `pending` from the queued row, as the scheduler drafts (eager: a draft pass as a graph
+// step measured slower, docs/performance.md); the draft position is rewound after it (positional: the next
+// step writes the same cache row again). `replayed` says whether the backend replayed a graph; rollback_ms
+// stays 0.
+VerifyTiming time_draft(Backend& be, Model& m, const BenchHooks& h, SequenceState& st, int32_t pending);
 
 }  // namespace bloomery::tools

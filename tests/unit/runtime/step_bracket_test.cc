@@ -93,45 +93,6 @@ TEST_P(StepBracket, DecodeStepsAreBracketedAndReadNothingBack) {
       << GetParam() << ": a decode step read device data on the host (" << be.reads_inside.front() << ")";
 }
 
-// The draft layer's passes are graph steps too: a catch-up over a few rows and a one-row draft step are each
-// bracketed, read nothing back inside, and key apart from decode steps; a catch-up over a whole prompt (more
-// rows than a graph step takes) is not bracketed.
-TEST_P(StepBracket, DraftPassesAreBracketedAndReadNothingBack) {
-  if (GetParam() == "none") GTEST_SKIP() << "no fixture folders";
-  Bracketing be;
-  auto lm = load_model(kModels / GetParam(), be);
-  if (!lm->model->info().has_draft) GTEST_SKIP() << GetParam() << " has no draft layer";
-  Engine e(be, *lm->model);
-  SeqId a = e.add_sequence(128);
-  const std::vector<int32_t> prompt = {3, 1, 4, 1, 5, 9, 2, 6, 5, 3, 5};
-  e.prefill(a, prompt);
-  const Tensor prompt_hidden = e.last_hidden(a);
-  ASSERT_EQ(prompt_hidden.rows(), static_cast<int64_t>(prompt.size()));
-  const std::vector<int32_t> next(prompt.begin() + 1,
-                                  prompt.end());  // the token after each position but the last
-  (void)e.draft(a, prompt_hidden.slice(0, prompt_hidden.rows() - 1), next);
-  EXPECT_TRUE(be.keys.empty()) << "a catch-up over " << next.size() << " rows was bracketed";
-  SeqId seqs[] = {a};
-  int32_t tok[] = {7};
-  e.decode(seqs, tok);  // one decode step: key 0
-  const int32_t two[] = {5, 7};
-  Tensor both = be.alloc({2, prompt_hidden.cols()});
-  Tensor first = both.slice(0, 1), second = both.slice(1, 1);
-  be.copy(first, prompt_hidden.slice(prompt_hidden.rows() - 1, 1));
-  be.copy(second, e.last_hidden(a));
-  (void)e.draft(a, both, two);  // a catch-up over two rows: key 1
-  const int32_t d[] = {9};
-  (void)e.draft(a, e.last_hidden(a), d);  // a one-row draft step: key 2
-  ASSERT_EQ(be.keys.size(), 3u);
-  EXPECT_EQ(be.ended, 3);
-  EXPECT_EQ(be.aborted, 0);
-  EXPECT_NE(be.keys[1], be.keys[0]) << "a draft pass keys like a decode step";
-  EXPECT_NE(be.keys[2], be.keys[0]) << "a draft step keys like a decode step";
-  EXPECT_NE(be.keys[1], be.keys[2]) << "two rows and one row share a key";
-  EXPECT_TRUE(be.reads_inside.empty())
-      << GetParam() << ": a draft pass read device data on the host (" << be.reads_inside.front() << ")";
-}
-
 INSTANTIATE_TEST_SUITE_P(Fixtures, StepBracket, ::testing::ValuesIn(testing_fixtures::fixture_names()),
                          testing_fixtures::param_name);
 
