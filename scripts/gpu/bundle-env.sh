@@ -16,6 +16,16 @@ fi
 export NCCL_NVLS_ENABLE=0  # the workplace's rule: no NVLink multicast
 nvidia-smi --query-gpu=name,clocks.sm,clocks.mem --format=csv,noheader
 for f in $B/bin/*; do ldd "$f" | grep "not found" | sed "s|^|MISSING for $f: |"; done
+# The synthetic qwen4_exp's size for this card: the whole model where it fits (an H200's memory), 24 layers on
+# an H100 (LAYERS=0|N overrides). Sets the array `cut` (bench arguments) and prints the choice.
+set_model_cut() {
+  local mem layers
+  mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+  layers=${LAYERS:-$([ "${mem:-0}" -gt 100000 ] && echo 0 || echo 24)}
+  cut=()
+  [ "$layers" != 0 ] && cut=(--layers "$layers")
+  echo "layers: ${layers} (0: all)"
+}
 # The GPU suite without its timing tests; the log to $out/$1 (default gpu-tests.txt), its summary printed.
 gpu_suite() {
   local log=$out/${1:-gpu-tests.txt} filter=${2:--*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*}

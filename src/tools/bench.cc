@@ -60,7 +60,9 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"block-ops", "block-ops"},
                                                        {"router", "warp-router"},
                                                        {"flash-attn", "flash-attn"},
-                                                       {"gqa-decode", "gqa-decode"}};
+                                                       {"gqa-decode", "gqa-decode"},
+                                                       {"gemv-fp8-row", "fp8-row"},
+                                                       {"gemv-bf16-row", "bf16-row"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -225,7 +227,12 @@ int run_bench(int argc, char** argv) {
          "'tgN+warp-router'; 'flash-attn' prompt attention on the scalar kernel "
          "(BLOOMERY_CUDA_FLASH_ATTENTION=0) against the tensor cores, rows 'ppN' and 'ppN+flash-attn'; "
          "'gqa-decode' decode attention a block per query head (BLOOMERY_CUDA_GQA_DECODE=0) against a block "
-         "per KV head for its whole group, rows 'tgN' and 'tgN+gqa-decode'. pp rows alternate too")
+         "per KV head for its whole group, rows 'tgN' and 'tgN+gqa-decode'; 'gemv-fp8-row' one-row "
+         "FP8-family "
+         "products on the split-K kernel (BLOOMERY_CUDA_GEMV_FP8_ROW=0) against the one-row FP8 kernel, rows "
+         "'tgN' and 'tgN+fp8-row'; 'gemv-bf16-row' the same for BF16 (BLOOMERY_CUDA_GEMV_BF16_ROW=0), rows "
+         "'tgN' "
+         "and 'tgN+bf16-row'. pp rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -452,6 +459,10 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_flash_attention(candidate); };
       else if (ab_knob == "gqa-decode")
         hooks.set_ab = [](bool candidate) { cuda::set_gqa_decode(candidate); };
+      else if (ab_knob == "gemv-fp8-row")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_fp8_row(candidate); };
+      else if (ab_knob == "gemv-bf16-row")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_bf16_row(candidate); };
       else
         hooks.set_ab = [](bool candidate) { cuda::set_gemm_library(candidate); };
     }
@@ -613,7 +624,8 @@ int run_bench(int argc, char** argv) {
     if (is_spec_row(r)) {  // no throughput or roofline: a ratio to the tg step instead
       char note[160];
       if (r.test == "draft")
-        std::snprintf(note, sizeof note, "%s = %.2f× %s; eager", r.test.c_str(), r.ratio, r.ref.c_str());
+        std::snprintf(note, sizeof note, "%s = %.2f× %s; %s step", r.test.c_str(), r.ratio, r.ref.c_str(),
+                      r.step.c_str());
       else
         std::snprintf(note, sizeof note, "%s = %.2f× %s; %s step; rollback %.3f ms included", r.test.c_str(),
                       r.ratio, r.ref.c_str(), r.step.c_str(), percentile(r.rollback_ms, 0.5));

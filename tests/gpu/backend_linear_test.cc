@@ -115,14 +115,16 @@ TEST_F(CudaLinear, StoredFormatsAtModelShapes) {
 }
 
 // The fused epilogue (scale, activation, scale in the GEMV's store, or one pass after the GEMM) must give the
-// bits of the separate ops it replaces, on every GEMV path (split-K, element path for odd K) and the GEMM.
+// bits of the separate ops it replaces, on every GEMV path (split-K, one-row FP8, element path for odd K) and
+// the GEMM.
 TEST_F(CudaLinear, FusedEpilogueEqualsSeparateOps) {
   const Backend::Epilogue tails[] = {{.pre = 0.25f, .act = Act::Silu},
                                      {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f},
                                      {.act = Act::Sigmoid},
                                      {.pre = 0.125f}};
-  for (auto [f, n, k] : {std::tuple{FormatId::BF16, 320, 10240}, std::tuple{FormatId::NVFP4, 640, 2560},
-                         std::tuple{FormatId::FP8_BLOCK, 300, 2600}}) {
+  for (auto [f, n, k] :
+       {std::tuple{FormatId::BF16, 320, 10240}, std::tuple{FormatId::NVFP4, 640, 2560},
+        std::tuple{FormatId::FP8_BLOCK, 300, 2600}, std::tuple{FormatId::MXFP8, 257, 2560}}) {
     auto s = make_stored(f, n, k, rng_);
     Weight wg = gpu_->upload_stored("w", {n, k}, s->wb);
     for (int64_t T : {1, 4, 20}) {
@@ -426,11 +428,11 @@ TEST_F(CudaLinear, GemvTcMatchesReferenceAtStepShapes) {
 }
 
 // The FP8 family on the tensor cores (E4M3 weights exact in bf16, the scale applied to each 32-element
-// partial sum; one row of x stays on the split-K kernel): every FP8 format at the step's shapes whose K it
-// can take, T = 1..8, within the same bound (the weights are unrounded, so only the activation split and f32
-// sums differ from Σ x·w), every element written, a second run bit for bit, and a block of rows. MXFP8's
-// scale bytes span 2^-7..2^3 and FP8 block's f32 tile scales differ per 128 × 128 tile, so a scale applied to
-// the wrong chunk or row is caught.
+// partial sum; one row of x takes the one-row FP8 kernel, gemv_fp8_row.cuh): every FP8 format at the step's
+// shapes whose K it can take, T = 1..8, within the same bound (the weights are unrounded, so only the
+// activation split and f32 sums differ from Σ x·w), every element written, a second run bit for bit, and a
+// block of rows. MXFP8's scale bytes span 2^-7..2^3 and FP8 block's f32 tile scales differ per 128 × 128
+// tile, so a scale applied to the wrong chunk or row is caught.
 TEST_F(CudaLinear, GemvTcFp8MatchesReference) {
   TcSwitch on(true);
   const TcShape shapes[] = {{10240, 2560}, {2560, 6144}, {640, 2560}, {48, 2560}, {4, 10240},
@@ -879,8 +881,9 @@ TEST_F(CudaLinear, GemvLaunchSweepBandwidth) {
       {"group: MoE router, shared gate, up, gate",
        {{512, 2560, none}, {640, 2560, none}, {640, 2560, none}, {1, 2560, gate}}},
   };
+  // R = h: the heuristic's rows per warp, or for one row of x the one-row kernel, at a fixed split.
   std::vector<std::pair<int, int>> configs = {{0, 0}};
-  for (int rows : {1, 4})
+  for (int rows : {0, 1, 4})
     for (int ks : {1, 2, 4, 8}) configs.push_back({rows, ks});
   std::vector<std::string> summary;
   for (FormatId f : {FormatId::BF16, FormatId::MXFP8}) {
@@ -949,6 +952,14 @@ TEST_F(CudaLinear, GemvLaunchSweepBandwidth) {
           std::printf("%s %-9s %8.2f us %6.0f GB/s%s\n", head.c_str(),
                       launch_name(configs[c].first, configs[c].second).c_str(), us[c],
                       bytes / (us[c] * 1e-6) / 1e9, mark);
+        }
+        if (T == 1) {  // the split-K kernel's heuristic, the one-row kernel of this format off
+          const bool fp8 = f == FormatId::MXFP8, was = fp8 ? cuda::gemv_fp8_row() : cuda::gemv_bf16_row();
+          fp8 ? cuda::set_gemv_fp8_row(false) : cuda::set_gemv_bf16_row(false);
+          const double split_us = pass_us() / copies;
+          fp8 ? cuda::set_gemv_fp8_row(was) : cuda::set_gemv_bf16_row(was);
+          std::printf("%s split-K kernel's heuristic (one-row kernel off; reference) %.2f us %.0f GB/s\n",
+                      head.c_str(), split_us, bytes / (split_us * 1e-6) / 1e9);
         }
         if (f == FormatId::BF16 && T >= 2) {
           cuda::set_gemv_tc(true);

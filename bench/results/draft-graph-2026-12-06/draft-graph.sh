@@ -11,11 +11,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
-mem=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
-layers=${LAYERS:-$([ "${mem:-0}" -gt 100000 ] && echo 0 || echo 24)}
-cut=()
-[ "$layers" != 0 ] && cut=(--layers "$layers")
-echo "layers: ${layers} (0: all)"
+set_model_cut
 for r in 1 2 3; do
   for g in off on; do
     timeout 80 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp "${cut[@]}" -p 0 -n 16 -d 4096 -c 1 \

@@ -69,6 +69,15 @@ void set_gemv_launch_override(int rows_per_warp, int split_k);
 // set_gemv_tc between steps for A/B measurements.
 bool gemv_tc();
 void set_gemv_tc(bool on);
+// Variant 2's one-row products (K a multiple of 128) on the one-row kernel (gemv/gemv_row.cuh: a warp reads
+// 128-element chunks, x 512 contiguous bytes a load), one switch per stored kind: the FP8 family (on unless
+// BLOOMERY_CUDA_GEMV_FP8_ROW=0 at start) and BF16 (on unless BLOOMERY_CUDA_GEMV_BF16_ROW=0); the setters
+// between steps for A/B measurements. A launch override with weight rows per warp set (tests) takes the
+// split-K kernel instead; one with only the split-K ways set applies to this kernel.
+bool gemv_fp8_row();
+void set_gemv_fp8_row(bool on);
+bool gemv_bf16_row();
+void set_gemv_bf16_row(bool on);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

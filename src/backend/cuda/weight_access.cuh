@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 
 #include <cstdint>
 #include <type_traits>
@@ -83,6 +84,27 @@ __device__ __forceinline__ float e4m3_byte(uint32_t word, int i) {
   const uint32_t b = (word >> (8 * i)) & 0xFFu, sign = (b & 0x80u) << 24;
   const float v = __fmul_rn(__uint_as_float(sign | ((b & 0x7Fu) << 20)), 0x1p120f);
   return (b & 0x7Fu) == 0x7Fu ? __uint_as_float(sign | 0x7FC00000u) : v;
+}
+
+// Two E4M3 bytes (the lower k in the low byte of `pair`) as f32 through one f16x2 conversion: exact, since
+// every E4M3 value is an f16 (the NaN code stays a NaN). Used where a unit is read a word at a time (the
+// one-row GEMV, the tensor-core GEMV's bf16 pairs).
+__device__ __forceinline__ float2 e4m3x2_to_f32(uint32_t pair) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(pair & 0xFFFFu), __NV_E4M3);
+  return __half22float2(*reinterpret_cast<const __half2*>(&h));
+}
+
+// Four E4M3 bytes (the lowest k in the low byte) as f32, exactly.
+__device__ __forceinline__ float4 e4m3x4_to_f32(uint32_t word) {
+  const float2 a = e4m3x2_to_f32(word), b = e4m3x2_to_f32(word >> 16);
+  return make_float4(a.x, a.y, b.x, b.y);
+}
+
+// Four BF16 values (the lowest k in the low half of q.x) as f32.
+__device__ __forceinline__ float4 bf16x4_to_f32(uint2 q) {
+  return make_float4(__uint_as_float(q.x << 16), __uint_as_float(q.x & 0xFFFF0000u),
+                     __uint_as_float(q.y << 16), __uint_as_float(q.y & 0xFFFF0000u));
 }
 
 // Stored formats grouped by element width. A unit is what one lane loads at once: 16 bytes, except FP4 whose

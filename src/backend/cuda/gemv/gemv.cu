@@ -22,6 +22,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/env_switch.h"
+#include "backend/cuda/gemv/gemv_row.cuh"
 #include "backend/cuda/gemv/gemv_store.cuh"
 #include "backend/cuda/gemv/gemv_tc.h"
 #include "backend/cuda/gemv/unit_dot.cuh"
@@ -260,6 +261,34 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   split_rows<W, R, kXOnce>(g.w[i], 0, g.n[i], x, T, g.y[i], g.ks[i], g.e[i], blockIdx.x - g.first[i]);
 }
 
+// One row of x against BF16 or FP8-family weights (gemv_row.cuh): a product, or a group of them in one grid.
+template <RowKind KD>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, float* __restrict__ y,
+               int ks, Epilogue e) {
+  row_rows<KD, kSplitWarps>(w, row0, n, x, y, ks, e, blockIdx.x);
+}
+
+// A group's products on the one-row kernel: both kinds in one grid (the MoE router group and the HC down +
+// inject group mix BF16 and MXFP8 products in the qad layout).
+struct RowGroupArgs {
+  GroupArgs g;
+  bool fp8[kGroupMax];
+};
+
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x) {
+  const GroupArgs& g = a.g;
+  int i = 0;
+  while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
+  if (a.fp8[i])
+    row_rows<RowKind::Fp8, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                        blockIdx.x - g.first[i]);
+  else
+    row_rows<RowKind::Bf16, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                         blockIdx.x - g.first[i]);
+}
+
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
 // still gets a full pass of U units per lane.
 int split_ways(int64_t row_groups, uint64_t units, int U) {
@@ -321,6 +350,56 @@ void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaSt
   }
 }
 
+// The one-row kernel's switches, one per kind (each its own A/B).
+std::atomic<bool>& row_slot(RowKind kind) {
+  static std::atomic<bool> fp8{!env_is("BLOOMERY_CUDA_GEMV_FP8_ROW", "0")};
+  static std::atomic<bool> bf16{!env_is("BLOOMERY_CUDA_GEMV_BF16_ROW", "0")};
+  return kind == RowKind::Fp8 ? fp8 : bf16;
+}
+
+// Split-K ways of the one-row kernel for n rows of w: ks_fixed when set (launch_split's override), else
+// row_split's choice.
+int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed) {
+  return ks_fixed ? ks_fixed : row_split(n, static_cast<int64_t>(w.cols / kRowChunk), kSplitWarps);
+}
+
+// One product on the one-row kernel (ks_fixed as in launch_split).
+void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, float* y,
+                cudaStream_t s, const Epilogue& e, int ks_fixed) {
+  const int ks = row_ways(w, n, ks_fixed);
+  const int64_t per_block = kSplitWarps / ks;
+  const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
+  if (kind == RowKind::Fp8)
+    pdl_launch(gemv_row_k<RowKind::Fp8>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+  else
+    pdl_launch(gemv_row_k<RowKind::Bf16>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+}
+
+// Products of one x on the one-row kernel (either kind, in order), in launches of up to kGroupMax (ks_fixed
+// as in launch_split).
+void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x,
+                      cudaStream_t s, int ks_fixed) {
+  for (size_t at = 0; at < ps.size(); at += kGroupMax) {
+    RowGroupArgs a{};
+    GroupArgs& g = a.g;
+    g.count = static_cast<int>(std::min<size_t>(kGroupMax, ps.size() - at));
+    unsigned blocks = 0;
+    for (int i = 0; i < g.count; ++i) {
+      const GemvProduct& p = ps[at + i];
+      const int64_t n = static_cast<int64_t>(p.w.rows);
+      const int ks = row_ways(p.w, n, ks_fixed);
+      const int64_t per_block = kSplitWarps / ks;
+      g.w[i] = p.w, g.y[i] = p.y, g.e[i] = p.e, g.n[i] = n, g.ks[i] = ks, g.first[i] = blocks;
+      a.fp8[i] = kinds[at + i] == RowKind::Fp8;
+      blocks += static_cast<unsigned>((n + per_block - 1) / per_block);
+    }
+    g.first[g.count] = blocks;
+    pdl_launch(gemv_row_group_k, blocks, kSplitWarps * 32, 0, s, a, x);
+    BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(g.count) + " products, first W[" +
+                               std::to_string(g.w[0].rows) + ", " + std::to_string(g.w[0].cols) + "]");
+  }
+}
+
 int variant_from_env() {
   const char* v = std::getenv("BLOOMERY_CUDA_GEMV");
   return v && std::string(v) == "1" ? 1 : 2;
@@ -350,6 +429,20 @@ SplitShape split_shape(int T) {
   return {rows ? rows : (T <= 2 ? 1 : 4), v >> 8};
 }
 
+// True when a product takes the one-row kernel (its kind in `kind`): switched on for the kind, one row of x,
+// a format and K it reads, and no launch override naming the split-K kernel's rows per warp (split-K ways
+// alone apply to it).
+bool takes_row(const DeviceWeight& w, const float* x, int T, RowKind& kind) {
+  const bool split_rows_fixed = (launch_override_slot().load(std::memory_order_relaxed) & 0xFF) != 0;
+  return T == 1 && gemv_variant() == 2 && !split_rows_fixed && row_kind_of(w, x, kind) &&
+         row_slot(kind).load(std::memory_order_relaxed);
+}
+
+bool takes_row(const DeviceWeight& w, const float* x, int T) {
+  RowKind kind;
+  return takes_row(w, x, T, kind);
+}
+
 }  // namespace
 
 int gemv_variant() {
@@ -358,6 +451,22 @@ int gemv_variant() {
 
 void set_gemv_variant(int v) {
   variant_slot().store(v == 1 ? 1 : 2, std::memory_order_relaxed);
+}
+
+bool gemv_fp8_row() {
+  return row_slot(RowKind::Fp8).load(std::memory_order_relaxed);
+}
+
+void set_gemv_fp8_row(bool on) {
+  row_slot(RowKind::Fp8).store(on, std::memory_order_relaxed);
+}
+
+bool gemv_bf16_row() {
+  return row_slot(RowKind::Bf16).load(std::memory_order_relaxed);
+}
+
+void set_gemv_bf16_row(bool on) {
+  row_slot(RowKind::Bf16).store(on, std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {
@@ -408,12 +517,21 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
     for (const GemvProduct& p : ps)
       if (gemv_tc_fits(p.w, x, T)) tc.push_back(p);
   if (!tc.empty()) gemv_tc_group(tc, x, T, s);
-  // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
   const SplitShape shape = split_shape(T);
+  std::vector<GemvProduct> row;  // one row of x: both kinds in one launch
+  std::vector<RowKind> kinds;
+  for (const GemvProduct& p : ps)
+    if (RowKind k; !(tc_on && gemv_tc_fits(p.w, x, T)) && takes_row(p.w, x, T, k)) {
+      row.push_back(p);
+      kinds.push_back(k);
+    }
+  if (!row.empty()) launch_row_group(row, kinds, x, s, shape.ks);
+  // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
   for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
     std::vector<GemvProduct> same;
     for (const GemvProduct& p : ps)
-      if (width_of(p.w.format) == W && !(tc_on && gemv_tc_fits(p.w, x, T))) same.push_back(p);
+      if (width_of(p.w.format) == W && !(tc_on && gemv_tc_fits(p.w, x, T)) && !takes_row(p.w, x, T))
+        same.push_back(p);
     if (same.empty()) continue;
     with_width(W, [&](auto Wc) {
       if (shape.rows_per_warp == 1)
@@ -429,6 +547,13 @@ void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
   if (n == 0 || T == 0) return;
   if (gemv_tc() && gemv_variant() == 2 && gemv_tc_fits(w, x, T))  // BF16 and FP8 on the tensor cores
     return gemv_tc_product(w, row0, n, x, T, y, s, e);
+  if (RowKind kind; takes_row(w, x, T, kind)) {  // one row of BF16 or FP8-family weights
+    launch_row(kind, w, row0, n, x, y, s, e, split_shape(T).ks);
+    BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv " + std::string(format_name(w.format)) + " W[" +
+                               std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] rows " +
+                               std::to_string(row0) + "+" + std::to_string(n));
+    return;
+  }
   const bool x_aligned = (reinterpret_cast<uintptr_t>(x) % 16) == 0;
   const bool split = unit_path(w) && x_aligned && gemv_variant() == 2;  // the kernel with the epilogue
   if (!unit_path(w) || !x_aligned) {

@@ -63,11 +63,13 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/elements.cuh"
 #include "backend/cuda/env_switch.h"
+#include "backend/cuda/gemv/fp8_row_scale.cuh"
 #include "backend/cuda/gemv/gemv_store.cuh"
 #include "backend/cuda/gemv/gemv_tc.h"
 #include "backend/cuda/misc/mma.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 #include "backend/cuda/misc/shared_memory.h"
+#include "backend/cuda/weight_access.cuh"
 
 namespace bloomery::cuda {
 namespace {
@@ -76,7 +78,8 @@ namespace cg = cooperative_groups;
 
 constexpr int kWarps = 8, kThreads = kWarps * 32;
 constexpr int kTileRows = 16;
-constexpr int kChunk = 32;      // k elements of one lane group's load per row (4 lanes × 8 elements)
+constexpr int kChunk = 32;  // k elements of one lane group's load per row (4 lanes × 8 elements)
+static_assert(kChunk == kFp8ScaleChunk, "RowScale gives one scale a chunk");
 constexpr int kMaxSplits = 64;  // workers per tile: 8 warps × a cluster of up to 8 blocks (the portable size)
 constexpr int kStageBytes = 48 * 1024;  // staged x window per block: 4 blocks of 8 warps fit an SM
 constexpr int kGroupMax = 4;
@@ -191,43 +194,11 @@ __device__ __forceinline__ uint4 fp8x8_to_bf16(uint2 q) {
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const uint32_t word = i < 2 ? q.x : q.y;
-    const auto pair = static_cast<__nv_fp8x2_storage_t>(word >> (16 * (i & 1)));
-    const __half2_raw h = __nv_cvt_fp8x2_to_halfraw2(pair, __NV_E4M3);
-    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+    const float2 f = e4m3x2_to_f32(word >> (16 * (i & 1)));
     o[i] = bf16x2_bits(__floats2bfloat162_rn(f.x, f.y));
   }
   return make_uint4(o[0], o[1], o[2], o[3]);
 }
-
-// The FP8-family scale of one weight row per chunk (weight_access.cuh's fp8_scale with the row's part of the
-// address computed once): raw(c) is issued with the chunk's weight loads, value() converts it at use, so the
-// loads ahead do not wait on it.
-struct RowScale {
-  const uint8_t* mx = nullptr;  // MXFP8: the row's E8M0 bytes, one a chunk
-  const float* tile = nullptr;  // FP8 block: the row's tile row of f32 scales
-  int chunks_per_tile = 1;
-  float fixed = 1.0f;  // FP8 per-tensor / per-channel (and rows past the product: unused)
-
-  __device__ static RowScale of(const DeviceWeight& w, int64_t row) {
-    RowScale r;
-    if (w.format == FormatId::MXFP8) {
-      r.mx = w.block_scales + row * static_cast<int64_t>(w.cols / kChunk);
-    } else if (w.format == FormatId::FP8_BLOCK) {
-      const int64_t tiles_k = (static_cast<int64_t>(w.cols) + w.block_k - 1) / w.block_k;
-      r.tile = w.scale_f32 + row / w.block_n * tiles_k;
-      r.chunks_per_tile = w.block_k / kChunk;
-    } else {
-      r.fixed = w.format == FormatId::FP8_CHANNEL ? w.scale_f32[row] : w.global;
-    }
-    return r;
-  }
-  __device__ uint32_t raw(int c) const {
-    if (mx) return __ldg(mx + c);
-    if (tile) return __float_as_uint(__ldg(tile + c / chunks_per_tile));
-    return __float_as_uint(fixed);
-  }
-  __device__ float value(uint32_t raw) const { return mx ? e8m0_to_f32(raw) : __uint_as_float(raw); }
-};
 
 // Grid: each product's blocks [first, next first), tile group = block / ck, K part (cluster rank) = block %
 // ck. NB = 1 for T ≤ 4, 2 for T ≥ 5 (the file head).
@@ -510,22 +481,8 @@ void set_gemv_tc_fp8(bool on) {
 }
 
 bool gemv_tc_fits(const DeviceWeight& w, const float* x, int T) {
-  bool format_fits = false;
-  switch (w.format) {
-    case FormatId::BF16:
-      format_fits = true;
-      break;
-    case FormatId::MXFP8:
-    case FormatId::FP8_TENSOR:
-    case FormatId::FP8_CHANNEL:
-      format_fits = fp8_on_tc();
-      break;
-    case FormatId::FP8_BLOCK:  // a chunk inside one tile: tiles a multiple of 32 wide
-      format_fits = fp8_on_tc() && w.block_k > 0 && w.block_k % kChunk == 0 && w.block_n > 0;
-      break;
-    default:
-      break;
-  }
+  // BF16, or the FP8 family with a scale per chunk (FP8 block: tiles a multiple of 32 wide).
+  const bool format_fits = w.format == FormatId::BF16 || (fp8_on_tc() && RowScale::fits(w));
   return format_fits && T >= kGemvTcMinRows && T <= kGemvMaxRows && w.cols >= 2 * kChunk &&
          w.cols % kChunk == 0 && w.cols <= (1u << 30) && reinterpret_cast<uintptr_t>(x) % 16 == 0;
 }
