@@ -15,9 +15,26 @@
 
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm/gemm_internal.h"
 #include "formats/decode.h"
 
 namespace bloomery::gputest {
+
+// The prompt GEMM mode of the GPU unit tests: split-BF16 activations (the reference mode), so that products
+// stay within the f32-style bounds they are held to against the CPU whatever mode BLOOMERY_CUDA_GEMM names
+// for the run. The accuracy gate (GoldenCuda) runs the engine's own mode at start instead
+// (golden_cuda_test.cc), so `BLOOMERY_CUDA_GEMM=bf16 test_gpu` judges plain BF16 activations by the gate.
+inline cuda::GemmMode unit_test_gemm_mode() {
+  return cuda::GemmMode::Bf16x2;
+}
+
+class UnitTestGemmMode : public ::testing::Environment {
+ public:
+  void SetUp() override { cuda::set_gemm_mode(unit_test_gemm_mode()); }
+};
+
+inline ::testing::Environment* const kUnitTestGemmMode =
+    ::testing::AddGlobalTestEnvironment(new UnitTestGemmMode);
 
 // Sets (or, with nullptr, unsets) an environment variable for one scope, then restores what it was.
 class ScopedEnv {

@@ -24,6 +24,8 @@
 #include "accuracy_gate.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"
+#include "backend/cuda/gemm/gemm_internal.h"
+#include "backend_util.h"
 #include "models/kv_cache_type.h"
 #include "models/model_loader.h"
 #include "runtime/engine.h"
@@ -195,6 +197,11 @@ Loaded& load(const std::string& folder) {
 
 class GoldenCuda : public ::testing::TestWithParam<std::string> {
  protected:
+  // The gate judges what users run: the engine's prompt GEMM mode at start (its default, or the one
+  // BLOOMERY_CUDA_GEMM names), not the reference mode the unit tests hold to f32 bounds (backend_util.h). A
+  // folder's engine runs on first use inside a test, so every test sets it.
+  void SetUp() override { cuda::set_gemm_mode(cuda::gemm_mode_at_start()); }
+  void TearDown() override { cuda::set_gemm_mode(gputest::unit_test_gemm_mode()); }
   Loaded* setup() {
     if (GetParam() == "none") {
       skip_ = "no fixture folders under " + fixtures_dir().string();
