@@ -1,4 +1,7 @@
 #!/usr/bin/env bash
+# (Record: ran on a tree whose prompt GEMM default was plain BF16, before it went back to split-BF16 for the
+# speculative-decoding failures this run found; on later trees GoldenCuda here runs split-BF16 unless
+# BLOOMERY_CUDA_GEMM=bf16 is set.)
 # Device call (about 3 minutes): the last checks of the 2026-12-06 session's tree on the card — the accuracy
 # gate (GoldenCuda) at the new default prompt GEMM mode (plain BF16 activations), the GEMV / GEMM unit tests in
 # the split-BF16 reference mode the test environment sets (backend_util.h), and the speculative-decoding tests
