@@ -1,6 +1,6 @@
 // The FP8-family scale of one weight row per 32-element chunk (weight_access.cuh's fp8_scale with the row's
 // part of the address computed once), shared by the decode GEMVs that read FP8 rows chunk by chunk: the
-// tensor-core GEMV (gemv_tc.cu) and the one-row FP8 GEMV (gemv_fp8_row.cuh). raw(c) is issued with the
+// tensor-core GEMV (gemv_tc.cu) and the one-row GEMV (gemv_row.cuh). raw(c) is issued with the
 // chunk's weight loads, value() converts it at use, so the loads ahead do not wait on it.
 #pragma once
 
@@ -11,8 +11,8 @@
 
 namespace bloomery::cuda {
 
-constexpr int kFp8ScaleChunk =
-    32;  // elements one scale covers at least (an MX block; FP8 tiles are multiples)
+// Elements one scale covers at least: an MX block (FP8 block tiles are multiples of it).
+constexpr int kFp8ScaleChunk = 32;
 
 struct RowScale {
   const uint8_t* mx = nullptr;  // MXFP8: the row's E8M0 bytes, one a chunk

@@ -324,22 +324,37 @@ std::atomic<bool>& x_once_slot() {
   return on;
 }
 
+// The launch arguments of up to kGroupMax products of one grid: shape(p) gives a product's row groups (of
+// the kernel's rows per warp) and split-K ways; `blocks` gets the grid size.
+template <class Shape>
+GroupArgs group_args(std::span<const GemvProduct> ps, unsigned& blocks, Shape&& shape) {
+  GroupArgs g{};
+  g.count = static_cast<int>(ps.size());
+  blocks = 0;
+  for (int i = 0; i < g.count; ++i) {
+    const GemvProduct& p = ps[i];
+    const auto [row_groups, ks] = shape(p);
+    const int64_t per_block = kSplitWarps / ks;
+    g.w[i] = p.w, g.y[i] = p.y, g.e[i] = p.e, g.n[i] = static_cast<int64_t>(p.w.rows), g.ks[i] = ks;
+    g.first[i] = blocks;
+    blocks += static_cast<unsigned>((row_groups + per_block - 1) / per_block);
+  }
+  g.first[g.count] = blocks;
+  return g;
+}
+
 // The products of one width, in launches of up to kGroupMax (ks_fixed as in launch_split).
 template <Width W, int R>
 void launch_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s, int ks_fixed) {
   for (size_t at = 0; at < ps.size(); at += kGroupMax) {
-    GroupArgs g{};
-    g.count = static_cast<int>(std::min<size_t>(kGroupMax, ps.size() - at));
     unsigned blocks = 0;
-    for (int i = 0; i < g.count; ++i) {
-      const GemvProduct& p = ps[at + i];
-      const int64_t n = static_cast<int64_t>(p.w.rows), row_groups = (n + R - 1) / R;
-      const int ks = ks_fixed ? ks_fixed : split_ways(row_groups, p.w.cols / Unit<W>::kElems, kLoadsAhead<W>);
-      const int64_t per_block = kSplitWarps / ks;
-      g.w[i] = p.w, g.y[i] = p.y, g.e[i] = p.e, g.n[i] = n, g.ks[i] = ks, g.first[i] = blocks;
-      blocks += static_cast<unsigned>((row_groups + per_block - 1) / per_block);
-    }
-    g.first[g.count] = blocks;
+    const GroupArgs g = group_args(
+        ps.subspan(at, std::min<size_t>(kGroupMax, ps.size() - at)), blocks, [&](const GemvProduct& p) {
+          const int64_t row_groups = (static_cast<int64_t>(p.w.rows) + R - 1) / R;
+          const int ks =
+              ks_fixed ? ks_fixed : split_ways(row_groups, p.w.cols / Unit<W>::kElems, kLoadsAhead<W>);
+          return std::pair{row_groups, ks};
+        });
     auto* kernel = gemv_group_k<W, R, false>;
     if constexpr (R > 1)
       if (gemv_x_once()) kernel = gemv_group_k<W, R, true>;
@@ -380,23 +395,17 @@ void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, co
 void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x,
                       cudaStream_t s, int ks_fixed) {
   for (size_t at = 0; at < ps.size(); at += kGroupMax) {
+    const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
     RowGroupArgs a{};
-    GroupArgs& g = a.g;
-    g.count = static_cast<int>(std::min<size_t>(kGroupMax, ps.size() - at));
     unsigned blocks = 0;
-    for (int i = 0; i < g.count; ++i) {
-      const GemvProduct& p = ps[at + i];
+    a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
       const int64_t n = static_cast<int64_t>(p.w.rows);
-      const int ks = row_ways(p.w, n, ks_fixed);
-      const int64_t per_block = kSplitWarps / ks;
-      g.w[i] = p.w, g.y[i] = p.y, g.e[i] = p.e, g.n[i] = n, g.ks[i] = ks, g.first[i] = blocks;
-      a.fp8[i] = kinds[at + i] == RowKind::Fp8;
-      blocks += static_cast<unsigned>((n + per_block - 1) / per_block);
-    }
-    g.first[g.count] = blocks;
+      return std::pair{n, row_ways(p.w, n, ks_fixed)};  // one weight row per warp group
+    });
+    for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
     pdl_launch(gemv_row_group_k, blocks, kSplitWarps * 32, 0, s, a, x);
-    BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(g.count) + " products, first W[" +
-                               std::to_string(g.w[0].rows) + ", " + std::to_string(g.w[0].cols) + "]");
+    BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products, first W[" +
+                               std::to_string(a.g.w[0].rows) + ", " + std::to_string(a.g.w[0].cols) + "]");
   }
 }
 
@@ -436,11 +445,6 @@ bool takes_row(const DeviceWeight& w, const float* x, int T, RowKind& kind) {
   const bool split_rows_fixed = (launch_override_slot().load(std::memory_order_relaxed) & 0xFF) != 0;
   return T == 1 && gemv_variant() == 2 && !split_rows_fixed && row_kind_of(w, x, kind) &&
          row_slot(kind).load(std::memory_order_relaxed);
-}
-
-bool takes_row(const DeviceWeight& w, const float* x, int T) {
-  RowKind kind;
-  return takes_row(w, x, T, kind);
 }
 
 }  // namespace
@@ -510,28 +514,28 @@ bool gemv_group_applies(std::span<const GemvProduct> ps, const float* x, int T) 
 }
 
 void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStream_t s) {
-  // BF16 and FP8 products on the tensor cores when switched on (gemv_tc.cu), the rest as below.
+  // Each product once to its kernel: BF16 and FP8 on the tensor cores when switched on (gemv_tc.cu), one row
+  // of x on the one-row kernel (both kinds in one launch), the rest on the split-K kernel by weight width.
   const bool tc_on = gemv_tc();
-  std::vector<GemvProduct> tc;
-  if (tc_on)
-    for (const GemvProduct& p : ps)
-      if (gemv_tc_fits(p.w, x, T)) tc.push_back(p);
-  if (!tc.empty()) gemv_tc_group(tc, x, T, s);
   const SplitShape shape = split_shape(T);
-  std::vector<GemvProduct> row;  // one row of x: both kinds in one launch
+  std::vector<GemvProduct> tc, row;
   std::vector<RowKind> kinds;
-  for (const GemvProduct& p : ps)
-    if (RowKind k; !(tc_on && gemv_tc_fits(p.w, x, T)) && takes_row(p.w, x, T, k)) {
+  std::vector<GemvProduct> by_width[4];  // indexed by Width
+  for (const GemvProduct& p : ps) {
+    if (RowKind k; tc_on && gemv_tc_fits(p.w, x, T)) {
+      tc.push_back(p);
+    } else if (takes_row(p.w, x, T, k)) {
       row.push_back(p);
       kinds.push_back(k);
+    } else {
+      by_width[static_cast<int>(width_of(p.w.format))].push_back(p);
     }
+  }
+  if (!tc.empty()) gemv_tc_group(tc, x, T, s);
   if (!row.empty()) launch_row_group(row, kinds, x, s, shape.ks);
   // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
   for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
-    std::vector<GemvProduct> same;
-    for (const GemvProduct& p : ps)
-      if (width_of(p.w.format) == W && !(tc_on && gemv_tc_fits(p.w, x, T)) && !takes_row(p.w, x, T))
-        same.push_back(p);
+    const std::vector<GemvProduct>& same = by_width[static_cast<int>(W)];
     if (same.empty()) continue;
     with_width(W, [&](auto Wc) {
       if (shape.rows_per_warp == 1)
