@@ -34,6 +34,7 @@
 #include "backend/cuda/attention/flash_attention.h"
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/host_table.h"
 #endif
 
@@ -62,7 +63,8 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"flash-attn", "flash-attn"},
                                                        {"gqa-decode", "gqa-decode"},
                                                        {"gemv-fp8-row", "fp8-row"},
-                                                       {"gemv-bf16-row", "bf16-row"}};
+                                                       {"gemv-bf16-row", "bf16-row"},
+                                                       {"gemm-bf16", "bf16-act"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -232,7 +234,9 @@ int run_bench(int argc, char** argv) {
          "products on the split-K kernel (BLOOMERY_CUDA_GEMV_FP8_ROW=0) against the one-row FP8 kernel, rows "
          "'tgN' and 'tgN+fp8-row'; 'gemv-bf16-row' the same for BF16 (BLOOMERY_CUDA_GEMV_BF16_ROW=0), rows "
          "'tgN' "
-         "and 'tgN+bf16-row'. pp rows alternate too")
+         "and 'tgN+bf16-row'; 'gemm-bf16' prompt GEMMs with split-BF16 activations "
+         "(BLOOMERY_CUDA_GEMM=bf16x2) "
+         "against plain BF16, rows 'ppN' and 'ppN+bf16-act'. pp rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -463,6 +467,10 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_fp8_row(candidate); };
       else if (ab_knob == "gemv-bf16-row")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_bf16_row(candidate); };
+      else if (ab_knob == "gemm-bf16")
+        hooks.set_ab = [](bool candidate) {
+          cuda::set_gemm_mode(candidate ? cuda::GemmMode::Bf16 : cuda::GemmMode::Bf16x2);
+        };
       else
         hooks.set_ab = [](bool candidate) { cuda::set_gemm_library(candidate); };
     }

@@ -110,13 +110,19 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     return backend_name() == "cpu" ? 0.0f : device_state_tolerance(bf16_caches_);
   }
 
-  // Logit rows of `ids` teacher-forced on `m`: ids[0, from) as one prompt chunk, then each later position's
-  // row, fed one token at a time (chunk 1) or as verify rows of `chunk` tokens committed whole.
+  // Logit rows of `ids` teacher-forced on `m`: ids[0, from) as one prompt chunk (or in chunks of
+  // `prefix_chunk` tokens), then each later position's row, fed one token at a time (chunk 1) or as verify
+  // rows of `chunk` tokens committed whole.
   std::vector<std::vector<float>> forced_rows(Model& m, const std::vector<int32_t>& ids, size_t from,
-                                              size_t chunk) {
+                                              size_t chunk, size_t prefix_chunk = 0) {
     ModelStepEngine e(m, be());
     auto st = e.new_state(static_cast<int64_t>(ids.size()) + 16);
-    feed_one(e, *st, {ids.begin(), ids.begin() + static_cast<int64_t>(from)}, false);
+    const size_t piece = prefix_chunk ? prefix_chunk : from;
+    for (size_t at = 0; at < from; at += piece)
+      feed_one(e, *st,
+               {ids.begin() + static_cast<int64_t>(at),
+                ids.begin() + static_cast<int64_t>(std::min(from, at + piece))},
+               false);
     const size_t V = static_cast<size_t>(m.info().vocab_size);
     std::vector<std::vector<float>> rows;
     for (size_t at = from; at < ids.size(); at += chunk) {
@@ -136,7 +142,9 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
   // caches (a one-step rounding difference upstream can flip a cache element's BF16 rounding, a perturbation
   // of the size the cache's rounding itself makes). A token whose pick is closer than twice that to changing
   // may part.
-  float device_noise(const std::vector<int32_t>& ids, size_t from) {
+  // with_prompt_paths: also between the prompt fed whole and fed in 4-token chunks (a resumed prompt cache
+  // has its prefix from other steps than a fresh prefill of the same tokens).
+  float device_noise(const std::vector<int32_t>& ids, size_t from, bool with_prompt_paths = false) {
     const auto one = forced_rows(model(), ids, from, 1), verify = forced_rows(model(), ids, from, 4);
     const auto worst = [](const std::vector<std::vector<float>>& a,
                           const std::vector<std::vector<float>>& b) {
@@ -147,6 +155,13 @@ class SpecDecode : public ::testing::TestWithParam<std::string> {
     };
     float noise = worst(one, verify);
     std::printf("    %s: |dlogit| one-row vs verify rows %.3g", GetParam().c_str(), noise);
+    if (with_prompt_paths) {
+      // A prompt of more rows than the decode-class products take runs the prompt GEMM's own activation
+      // rounding (plain BF16 by default on CUDA), which the same positions fed a few rows at a time do not.
+      const float prompt = worst(one, forced_rows(model(), ids, from, 1, 4));
+      std::printf(", whole prompt vs 4-token chunks %.3g", prompt);
+      noise = std::max(noise, prompt);
+    }
     if (bf16_caches_) {
       auto f32 = load_model(dir_, be(), LoadOptions{});
       const float cache = worst(one, forced_rows(*f32->model, ids, from, 1));
@@ -589,7 +604,16 @@ TEST_P(SpecDecode, PromptCacheResumesAfterADraftedStop) {
   const Run second = submit_wait(sched, p2, 24, {});
   // Every answer token was fed (the EOS, which ends it, is neither fed nor in `out`).
   EXPECT_EQ(second.fin.n_cached, P + static_cast<int64_t>(first.out.size()));
-  expect_same_up_to_a_near_tie(second, generate(p2, 24, 0, {}), "after resuming");
+  // On a device the resumed prefix came from other steps than a fresh prefill of p2 (smaller products,
+  // another activation rounding): a part is a near-tie within twice their measured logit distance.
+  const auto near_tie = [&](const std::vector<int32_t>& p, const Run& fresh) {
+    if (backend_name() == "cpu") return 1e-3f;
+    std::vector<int32_t> ids = p;
+    ids.insert(ids.end(), fresh.out.begin(), fresh.out.end());
+    return std::max(1e-3f, 2.0f * device_noise(ids, p.size(), true));
+  };
+  const Run fresh2 = generate(p2, 24, 0, {});
+  expect_same_up_to_a_near_tie(second, fresh2, "after resuming", near_tie(p2, fresh2));
   // A prompt that extends the second prompt but not its answer resumes from the snapshot at that prompt's
   // end (restored over a state that has since taken the answer).
   std::vector<int32_t> p3 = p2;
@@ -597,7 +621,8 @@ TEST_P(SpecDecode, PromptCacheResumesAfterADraftedStop) {
   p3.insert(p3.end(), other.begin(), other.end());
   const Run third = submit_wait(sched, p3, 16, {});
   EXPECT_EQ(third.fin.n_cached, static_cast<int64_t>(p2.size()));
-  expect_same_up_to_a_near_tie(third, generate(p3, 16, 0, {}), "after restoring");
+  const Run fresh3 = generate(p3, 16, 0, {});
+  expect_same_up_to_a_near_tie(third, fresh3, "after restoring", near_tie(p3, fresh3));
 }
 
 // ngram-simple: drafts looked up in the sequence's own tokens (the greedy random fixtures fall into loops, so

@@ -17,10 +17,18 @@
 namespace bloomery::cuda {
 
 // The prompt GEMM's default mode (gemm_internal.h): split-BF16 activations. Plain BF16 passes the CUDA
-// accuracy gate and the trained models' perplexity and takes 16-19 % off pp4096, but the speculative-decoding
-// suite on the card fails with it (docs/performance.md, "Plain BF16 prompt activations"), so it stays a
-// switch.
+// accuracy gate and the trained models' perplexity and takes 16-19 % off pp4096 (docs/performance.md, "Plain
+// BF16 prompt activations"); it becomes the default once the speculative-decoding suite on the card passes
+// with kSplitRowsUpTo below (not yet run on a GPU).
 constexpr GemmMode kDefaultGemmMode = GemmMode::Bf16x2;
+
+// Products of at most this many rows take split-BF16 whatever the mode: the rows a verify (k + 1 ≤ 9), a
+// batch of decoding slots or their drafts bring. There the GEMM is bound by its weight read (one 128-row
+// tile; its time is flat to T = 128), so the second BF16 term costs nothing, and such rows keep the
+// f32-grade products the one-row GEMV steps have: greedy output with drafting on equals drafting off, and a
+// slot decodes the same alone or batched. A plain-BF16 verify of 9 rows parted from one-row steps at margins
+// of 0.07-0.2 logits on the fixtures (bench/results/bf16-act-2026-12-06/final-check).
+constexpr int64_t kSplitRowsUpTo = 32;
 
 namespace {
 
@@ -98,9 +106,10 @@ std::string shape_of(const DeviceWeight& w) {
 void gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y,
           cudaStream_t s) {
   const GemmMode mode = gemm_mode();
-  if (mode != GemmMode::Simt && lt_gemm(w, row0, n, x, T, y, mode == GemmMode::Bf16x2, s)) return;
+  const bool split = mode == GemmMode::Bf16x2 || T <= kSplitRowsUpTo;
+  if (mode != GemmMode::Simt && lt_gemm(w, row0, n, x, T, y, split, s)) return;
   if (mode != GemmMode::Simt && tc_gemm_supported(static_cast<int64_t>(w.cols), w.data, x))
-    return tc_gemm(w, row0, n, x, T, y, mode == GemmMode::Bf16x2, s);
+    return tc_gemm(w, row0, n, x, T, y, split, s);
   gemm_simt(w, row0, n, x, T, y, s);
 }
 
