@@ -9,6 +9,7 @@
 # Build and carry: BUILD_DIR=build-dev scripts/device-bundle.sh bloomery test_gpu test_runtime,
 #   tar -c .devcarry/bundle | xz -T2 -6 > .devcarry-all/b.txz; lean-tree.sh on. device run, carry
 #   [".devcarry-all"], command: bash scripts/gpu/bf16-default-ring.sh
+# Step 5 needs tests/fixtures/trained/qwen4_exp-bf16 and reference/trained/corpus/heldout.txt in the lean tree.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
@@ -39,4 +40,17 @@ for layout in qad nvidia; do
   done | tee $out/ab-ring-$layout.txt
   pack
 done
+# 5. MTP end to end on the trained qwen4_exp (issue 13): draft-off against K = 1, 2, 3, three rounds in
+#    alternation, greedy; the generated text must be identical across K.
+prompt=$(dd if=reference/trained/corpus/heldout.txt bs=1 skip=2600 count=400 2>/dev/null)
+for r in 1 2 3; do
+  for k in 0 1 2 3; do
+    spec=(); [ $k -gt 0 ] && spec=(--spec-type draft-mtp --spec-draft-n-max $k)
+    timeout 60 $B/bin/bloomery run -m tests/fixtures/trained/qwen4_exp-bf16 --backend cuda -p "$prompt" -n 200 \
+      --temp 0 --ignore-eos "${spec[@]}" > $out/mtp-k$k-$r.out 2> $out/mtp-k$k-$r.err
+    echo "mtp K=$k round $r: $(grep -E 'tokens/s' $out/mtp-k$k-$r.err) $(grep -E '^drafts' $out/mtp-k$k-$r.err)"
+  done
+done | tee $out/mtp-trained.txt
+md5sum $out/mtp-k*.out | awk '{print $1}' | sort | uniq -c | sed 's/^/mtp text variants: /'
+pack
 find $out -mindepth 1 -not -name all.tgz -delete
