@@ -363,6 +363,25 @@ class Backend : public virtual FamilyOps {
   virtual void gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v,
                                 const Tensor& g, const Tensor& beta, Tensor& state, bool l2norm_qk,
                                 bool chunked) = 0;
+  // A GDN layer's mixer after its conv, for one entry's rows in the step form (qwen4_exp decode): q, k, v are
+  // c's column blocks [T, Hk·dk | Hk·dk | Hv·dv] (Hv = A_log.numel(), dv = norm.numel()); the gates from a,
+  // b [T, Hv]; the delta rule on state with q, k L2-normalised; out[T, Hv·dv] = rms_norm_gated(o, z, norm,
+  // eps, gate_act). Default: split_cols, gdn_gates, gated_delta_rule (step form), rms_norm_gated; a backend
+  // may run it in one pass (o, the gates and the parts never stored).
+  virtual void gdn_step_gated(Tensor& out, const Tensor& c, const Tensor& z, const Tensor& a, const Tensor& b,
+                              const Weight& A_log, const Weight& dt_bias, const Weight& norm, Tensor& state,
+                              int64_t Hk, int64_t dk, float eps, Act gate_act) {
+    const int64_t T = c.rows(), Hv = A_log.numel(), dv = norm.numel(), kd = Hk * dk;
+    Tensor q = alloc({T, Hk, dk}), k = alloc({T, Hk, dk}), v = alloc({T, Hv, dv});
+    Tensor q2 = q.view({T, kd}), k2 = k.view({T, kd}), v2 = v.view({T, Hv * dv});
+    Tensor* const parts[] = {&q2, &k2, &v2};
+    split_cols(parts, c);
+    Tensor g = alloc({T, Hv}), beta = alloc({T, Hv});
+    gdn_gates(g, beta, a, b, A_log, dt_bias);
+    Tensor o = alloc({T, Hv, dv});
+    gated_delta_rule(o, q, k, v, g, beta, state, true, false);
+    rms_norm_gated(out, o.view({T, Hv * dv}), z, norm, eps, gate_act);
+  }
 
  protected:
   // For implementations: builds a Weight around their own data.

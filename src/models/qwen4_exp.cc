@@ -1,6 +1,7 @@
 // qwen4_exp (Qwen3.8-Flash-Next): 4 gated-residual streams, GDN and QSA token mixers, MoE, PLE hashed
 // n-grams, and the MTP draft layer. The math follows models.md §3 and transformers' modeling_qwen4_exp.py, in
 // order.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -692,22 +693,33 @@ class Qwen4Exp final : public BatchedModel {
       be.causal_conv1d(out, qkv.slice(s.r0, s.T), *w.conv, s.conv, 1, Act::Silu);
       spec_conv_replay(s.spec, s.conv_slot, qkv.slice(s.r0, s.T), w.conv, 1, Act::Silu);
     }
-    Tensor q = be.alloc({T, c_.Hk, c_.dk}), k = be.alloc({T, c_.Hk, c_.dk}), v = be.alloc({T, c_.Hv, c_.dv});
-    Tensor q2 = q.view({T, kd}), k2 = k.view({T, kd}), v2 = v.view({T, vd});
-    Tensor* const qkv_parts[] = {&q2, &k2, &v2};
-    be.split_cols(qkv_parts, c);
-    Tensor g = be.alloc({T, c_.Hv}), beta = be.alloc({T, c_.Hv});
-    be.gdn_gates(g, beta, a, b, *w.A_log, *w.dt_bias);  // g = −exp(A_log)·softplus(a + dt_bias); β = σ(b)
-    Tensor o = be.alloc({T, c_.Hv, c_.dv});
-    for (GdnSlot& s : slots) {
-      Tensor os = o.slice(s.r0, s.T);
-      be.gated_delta_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T), g.slice(s.r0, s.T),
-                          beta.slice(s.r0, s.T), s.rec, true, s.T > 1 && !s.spec);  // verify: step form
-      spec_gdn_replay(s.spec, s.rec_slot, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T),
-                      g.slice(s.r0, s.T), beta.slice(s.r0, s.T), true);
-    }
     Tensor on = be.alloc({T, vd});
-    be.rms_norm_gated(on, o.view({T, vd}), z, *w.norm, c_.eps, c_.gdn_gate_act);
+    // Decode rows (one token an entry, nothing to replay): the rest of the mixer is one block op per entry.
+    if (std::ranges::all_of(slots, [](const GdnSlot& s) { return s.T == 1 && !s.spec; })) {
+      for (GdnSlot& s : slots) {
+        Tensor os = on.slice(s.r0, s.T);
+        be.gdn_step_gated(os, c.slice(s.r0, s.T), z.slice(s.r0, s.T), a.slice(s.r0, s.T), b.slice(s.r0, s.T),
+                          *w.A_log, *w.dt_bias, *w.norm, s.rec, c_.Hk, c_.dk, c_.eps, c_.gdn_gate_act);
+      }
+    } else {
+      Tensor q = be.alloc({T, c_.Hk, c_.dk}), k = be.alloc({T, c_.Hk, c_.dk}),
+             v = be.alloc({T, c_.Hv, c_.dv});
+      Tensor q2 = q.view({T, kd}), k2 = k.view({T, kd}), v2 = v.view({T, vd});
+      Tensor* const qkv_parts[] = {&q2, &k2, &v2};
+      be.split_cols(qkv_parts, c);
+      Tensor g = be.alloc({T, c_.Hv}), beta = be.alloc({T, c_.Hv});
+      be.gdn_gates(g, beta, a, b, *w.A_log, *w.dt_bias);  // g = −exp(A_log)·softplus(a + dt_bias); β = σ(b)
+      Tensor o = be.alloc({T, c_.Hv, c_.dv});
+      for (GdnSlot& s : slots) {
+        Tensor os = o.slice(s.r0, s.T);
+        be.gated_delta_rule(os, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T),
+                            g.slice(s.r0, s.T), beta.slice(s.r0, s.T), s.rec, true,
+                            s.T > 1 && !s.spec);  // verify: step form
+        spec_gdn_replay(s.spec, s.rec_slot, q.slice(s.r0, s.T), k.slice(s.r0, s.T), v.slice(s.r0, s.T),
+                        g.slice(s.r0, s.T), beta.slice(s.r0, s.T), true);
+      }
+      be.rms_norm_gated(on, o.view({T, vd}), z, *w.norm, c_.eps, c_.gdn_gate_act);
+    }
     Tensor y = be.alloc({T, c_.D});
     be.matmul(y, on, *w.out);
     return y;

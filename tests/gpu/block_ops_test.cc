@@ -1,5 +1,6 @@
 // The CUDA backend's fused block ops against the Backend defaults they replace (the separate ops, which the
-// CPU backend runs and the goldens hold): split_cols in one launch, hc_inject_norm in one pass, and a
+// CPU backend runs and the goldens hold): split_cols in one launch, hc_inject_norm in one pass, GDN after its
+// conv in one pass, and a
 // product's row scale and accumulating store in the decode GEMV. Each fused op computes in the separate ops'
 // order and rounding, so the bits must be equal; the CPU side checks that both are the right math.
 #include "backend/cuda/kernels.h"
@@ -168,6 +169,63 @@ TEST_F(BlockOps, UpReadMixEqualsProductThenMix) {
     }
   }
   cuda::set_gemv_tc(tc);
+}
+
+// GDN after its conv in one pass against split_cols, gdn_gates, the step form and rms_norm_gated: the
+// full-size heads, a fixture's, and odd widths (dv not a warp multiple, a norm whose threads take two
+// columns); one token and a few in one call; both gate activations. Outputs and the updated state bit for
+// bit.
+TEST_F(BlockOps, GdnStepGatedEqualsSeparateOps) {
+  struct Dims {
+    int64_t Hk, Hv, dk, dv;
+  };
+  for (const Dims d : {Dims{16, 48, 128, 128}, Dims{2, 4, 32, 32}, Dims{1, 2, 48, 80}}) {
+    const int64_t kd = d.Hk * d.dk, vd = d.Hv * d.dv, C = 2 * kd + vd;
+    const auto A_log = uniform(static_cast<size_t>(d.Hv), -1.0f, 1.0f), dt = randn(static_cast<size_t>(d.Hv));
+    const auto nw = uniform(static_cast<size_t>(d.dv), 0.5f, 1.5f);
+    Weight Ag = gpu_->upload_weight("A_log", A_log, {d.Hv}), Dg = gpu_->upload_weight("dt_bias", dt, {d.Hv});
+    Weight Ng = gpu_->upload_weight("norm", nw, {d.dv});
+    Weight Ac = cpu_->upload_weight("A_log", A_log, {d.Hv}), Dc = cpu_->upload_weight("dt_bias", dt, {d.Hv});
+    Weight Nc = cpu_->upload_weight("norm", nw, {d.dv});
+    const auto init = randn(static_cast<size_t>(d.Hv * d.dk * d.dv), 0.1f);
+    for (int64_t T : {1, 3}) {
+      for (Act act : {Act::Silu, Act::Sigmoid}) {
+        const auto c = randn(static_cast<size_t>(T * C)), z = randn(static_cast<size_t>(T * vd));
+        const auto a = randn(static_cast<size_t>(T * d.Hv)), b = randn(static_cast<size_t>(T * d.Hv));
+        std::vector<std::vector<float>> out, state;
+        for (bool fused : {true, false}) {
+          gpu_->set_block_ops(fused);
+          Tensor cg = gpu_->upload(c, {T, C}), zg = gpu_->upload(z, {T, vd}), ag = gpu_->upload(a, {T, d.Hv}),
+                 bg = gpu_->upload(b, {T, d.Hv}), sg = gpu_->upload(init, {d.Hv, d.dk, d.dv});
+          Tensor og = gpu_->alloc({T, vd});
+          gpu_->fill(og, std::nanf(""));
+          gpu_->gdn_step_gated(og, cg, zg, ag, bg, Ag, Dg, Ng, sg, d.Hk, d.dk, 1e-6f, act);
+          out.push_back(bits(og));
+          state.push_back(bits(sg));
+        }
+        Tensor cc = cpu_->upload(c, {T, C}), zc = cpu_->upload(z, {T, vd}), ac = cpu_->upload(a, {T, d.Hv}),
+               bc = cpu_->upload(b, {T, d.Hv}), sc = cpu_->upload(init, {d.Hv, d.dk, d.dv});
+        Tensor oc = cpu_->alloc({T, vd});
+        cpu_->gdn_step_gated(oc, cc, zc, ac, bc, Ac, Dc, Nc, sc, d.Hk, d.dk, 1e-6f, act);
+        const std::string what = "Hk " + std::to_string(d.Hk) + " Hv " + std::to_string(d.Hv) + " dk " +
+                                 std::to_string(d.dk) + " dv " + std::to_string(d.dv) + " T " +
+                                 std::to_string(T) + (act == Act::Silu ? " silu" : " sigmoid");
+        expect_close(out[0], out[1], 0, 0, what + ": fused vs separate ops, out");
+        expect_close(state[0], state[1], 0, 0, what + ": fused vs separate ops, state");
+        EXPECT_LE(max_rel(out[0], cpu_->download(oc)), 1e-4) << what << " vs cpu, out";
+        EXPECT_LE(max_rel(state[0], cpu_->download(sc)), 1e-4) << what << " vs cpu, state";
+      }
+    }
+  }
+  // Widths the kernel cannot take are refused by name, before any launch.
+  gpu_->set_block_ops(true);
+  Tensor c = gpu_->alloc({1, 3 * 256}), z = gpu_->alloc({1, 256}), a = gpu_->alloc({1, 1}),
+         b = gpu_->alloc({1, 1});
+  Tensor st = gpu_->alloc({1, 256, 256}), o = gpu_->alloc({1, 256});
+  const std::vector<float> zero = {0.0f};
+  Weight A = gpu_->upload_weight("A_log", zero, {1}), D = gpu_->upload_weight("dt_bias", zero, {1});
+  Weight N = gpu_->upload_weight("norm", std::vector<float>(256, 1.0f), {256});
+  EXPECT_THROW(gpu_->gdn_step_gated(o, c, z, a, b, A, D, N, st, 1, 256, 1e-6f, Act::Silu), Error);
 }
 
 }  // namespace

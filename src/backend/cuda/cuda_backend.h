@@ -96,6 +96,9 @@ class CudaBackend final : public Backend {
   // accumulating store in the decode GEMV's store. Off: the Backend defaults (separate ops; bench --ab
   // block-ops, BLOOMERY_CUDA_BLOCK_OPS=0).
   void set_block_ops(bool on) { block_ops_ = on; }
+  // GDN after its conv in one pass (gdn_step_gated), under the block ops; off: the separate ops (bench --ab
+  // gdn-gated, BLOOMERY_CUDA_GDN_GATED=0).
+  void set_gdn_step_gated(bool on) { gdn_step_gated_ = on; }
   void gather_rows(Tensor& out, const Weight& table, std::span<const int64_t> ids) override;
   void prefetch_rows(const Weight& table, std::span<const int64_t> ids) override;
 
@@ -131,6 +134,9 @@ class CudaBackend final : public Backend {
                  const Weight& dt_bias) override;
   void gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g,
                         const Tensor& beta, Tensor& state, bool l2norm_qk, bool chunked) override;
+  void gdn_step_gated(Tensor& out, const Tensor& c, const Tensor& z, const Tensor& a, const Tensor& b,
+                      const Weight& A_log, const Weight& dt_bias, const Weight& norm, Tensor& state,
+                      int64_t Hk, int64_t dk, float eps, Act gate_act) override;
 
   // qwen4_exp family ops (family/qwen4_ops.cc).
   void hc_read_mix(Tensor& u, const Tensor& m, const Tensor& xn, int n) override;
@@ -212,6 +218,7 @@ class CudaBackend final : public Backend {
   OpTimes op_times_;
   bool zero_fill_eager_ = env_is("BLOOMERY_CUDA_EAGER_ZERO", "1");
   bool fuse_epilogues_ = !env_is("BLOOMERY_CUDA_FUSE_EPILOGUE", "0");
+  bool gdn_step_gated_ = !env_is("BLOOMERY_CUDA_GDN_GATED", "0");
   // matmul_group in one launch per width (the 2026-12-02 A/B, --ab gemv-group: tg32 C=1 86.1 -> 96.5 tok/s,
   // C=4 141.7 -> 149.9, every round). BLOOMERY_CUDA_GEMV_GROUP=0: one matmul_epilogue each.
   bool group_products_ = !env_is("BLOOMERY_CUDA_GEMV_GROUP", "0");

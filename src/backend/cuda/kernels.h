@@ -78,6 +78,9 @@ bool gemv_fp8_row();
 void set_gemv_fp8_row(bool on);
 bool gemv_bf16_row();
 void set_gemv_bf16_row(bool on);
+// The one-row kernel's ring variant for 0 kinds, 1 (FP8) or 2 (FP8 and BF16); BLOOMERY_CUDA_GEMV_ROW_RING at
+// start, the setter between steps for A/B measurements.
+void set_gemv_row_ring(int kinds);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();
@@ -180,6 +183,13 @@ constexpr int kGdnChunk = 64;
 void gated_delta_rule(float* out, const float* q, const float* k, const float* v, const float* g,
                       const float* beta, float* state, int64_t T, int64_t Hk, int64_t Hv, int64_t dk,
                       int64_t dv, bool l2norm_qk, cudaStream_t s);
+// Step form after the conv, in one pass (Backend::gdn_step_gated): q, k, v read from the conv output c [T,
+// 2·Hk·dk + Hv·dv], the gates from a, b [T, Hv], the gated norm over each head's dv outputs; out [T, Hv·dv].
+// A block per value head, so a head's outputs meet for the norm; same sums in the same order as the
+// separate kernels (split_cols, gdn_gates, the step form, rms_norm_gated).
+void gdn_step_gated(float* out, const float* c, const float* z, const float* a, const float* b,
+                    const float* A_log, const float* dt_bias, const float* norm, float* state, int64_t T,
+                    int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float eps, int act, cudaStream_t s);
 // Chunked prompt form (chunks of kGdnChunk tokens). ws: gdn_chunk_ws_floats(dk, dv) · Hv · ws_chunks floats;
 // the prompt is processed ws_chunks chunks at a time.
 int64_t gdn_chunk_ws_floats(int64_t dk, int64_t dv);

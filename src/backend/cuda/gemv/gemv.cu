@@ -292,12 +292,15 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
 
 // Which kinds take row_rows' ring variant: BLOOMERY_CUDA_GEMV_ROW_RING=0 neither (the default), 1 FP8, 2
 // both (an A/B switch while it is measured).
-int row_ring() {
-  static const int v = [] {
+std::atomic<int>& row_ring_slot() {
+  static std::atomic<int> v{[] {
     const char* e = std::getenv("BLOOMERY_CUDA_GEMV_ROW_RING");
     return e && *e ? std::atoi(e) : 0;
-  }();
+  }()};
   return v;
+}
+int row_ring() {
+  return row_ring_slot().load(std::memory_order_relaxed);
 }
 
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
@@ -493,6 +496,10 @@ bool gemv_bf16_row() {
 
 void set_gemv_bf16_row(bool on) {
   row_slot(RowKind::Bf16).store(on, std::memory_order_relaxed);
+}
+
+void set_gemv_row_ring(int kinds) {
+  row_ring_slot().store(kinds, std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {

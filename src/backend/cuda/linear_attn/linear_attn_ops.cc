@@ -57,4 +57,32 @@ void CudaBackend::gated_delta_rule(Tensor& out, const Tensor& q, const Tensor& k
                                  T, Hk, Hv, dk, dv, l2norm_qk, stream_);
 }
 
+void CudaBackend::gdn_step_gated(Tensor& out, const Tensor& c, const Tensor& z, const Tensor& a,
+                                 const Tensor& b, const Weight& A_log, const Weight& dt_bias,
+                                 const Weight& norm, Tensor& state, int64_t Hk, int64_t dk, float eps,
+                                 Act gate_act) {
+  const int64_t T = c.rows(), Hv = A_log.numel(), dv = norm.numel(), kd = Hk * dk, vd = Hv * dv;
+  if (!block_ops_ || !gdn_step_gated_)
+    return Backend::gdn_step_gated(out, c, z, a, b, A_log, dt_bias, norm, state, Hk, dk, eps, gate_act);
+  OpScope op_scope(op_times_, stream_, "gdn step + gated norm");
+  BLOOMERY_NEED(dk >= 1 && dk <= kGdnMaxDk && dv >= 1 && dv <= kGdnMaxDv && Hk >= 1 && Hv % Hk == 0,
+                "gdn_step_gated", "dk, dv in 1..128 and Hv a multiple of Hk",
+                "Hk " + std::to_string(Hk) + " dk " + std::to_string(dk) + " Hv " + std::to_string(Hv) +
+                    " dv " + std::to_string(dv));
+  BLOOMERY_NEED(c.cols() == 2 * kd + vd && z.numel() == T * vd && out.numel() == T * vd &&
+                    a.numel() == T * Hv && b.numel() == T * Hv && dt_bias.numel() == Hv &&
+                    state.numel() == Hv * dk * dv,
+                "gdn_step_gated",
+                "c [T, " + std::to_string(2 * kd + vd) + "], z and out [T, " + std::to_string(vd) +
+                    "], a, b [T, " + std::to_string(Hv) + "], state [" + std::to_string(Hv) + ", " +
+                    std::to_string(dk) + ", " + std::to_string(dv) + "]",
+                c.shape_str() + " " + z.shape_str() + " " + out.shape_str() + " " + a.shape_str() + " " +
+                    b.shape_str() + " " + state.shape_str());
+  if (T == 0) return;
+  cuda::gdn_step_gated(out.out_f32({&c, &z, &a, &b, &state}), c.f32(), z.f32(), a.f32(), b.f32(),
+                       param_f32(A_log, "gdn_step_gated"), param_f32(dt_bias, "gdn_step_gated"),
+                       param_f32(norm, "gdn_step_gated"), state.f32(), T, Hk, Hv, dk, dv, eps,
+                       act_code(gate_act), stream_);
+}
+
 }  // namespace bloomery::cuda

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Two device calls of under ten minutes each, on one bundle (issues 12, 13, 15):
+#   check:  the GPU suite (BlockOps.GdnStepGatedEqualsSeparateOps among them), then plain BF16 prompt GEMMs with
+#           split rows up to 32 (427d28d): GoldenCuda and the speculative-decoding suite on the card
+#           (BLOOMERY_SPEC_BACKEND=cuda, 1,000 tokens) with BLOOMERY_CUDA_GEMM=bf16, and pp4096 in both modes in
+#           one process (bench --ab gemm-bf16, three repeats), nvidia and qad layouts;
+#   decode: tg32 d4096 in one process per A/B, three repeats: the GDN mixer in one pass against the separate
+#           ops (--ab gdn-gated, C = 1 and 4), the one-row GEMV's ring variant (--ab row-ring-fp8 on qad,
+#           --ab row-ring on nvidia, C = 1); then MTP end to end on the trained qwen4_exp (draft-off against
+#           K = 1, 2, 3, three rounds in alternation, greedy; the text must be identical across K).
+# Build and carry: BUILD_DIR=build-dev scripts/device-bundle.sh bloomery test_gpu test_runtime,
+#   tar -c .devcarry/bundle | xz -T2 -6 > .devcarry-all/b.txz; the lean tree keeps
+#   tests/fixtures/trained/qwen4_exp-bf16 and reference/trained/corpus/heldout.txt. device run, carry
+#   [".devcarry-all"], command: bash scripts/gpu/gdn-bf16-ring.sh check|decode
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+source scripts/gpu/bundle-env.sh
+set_model_cut
+tg=(-p 0 -n 32 -d 4096 -r 3)
+case "${1:-}" in
+  check)
+    gpu_suite gpu-tests.txt
+    pack
+    BLOOMERY_CUDA_GEMM=bf16 timeout 150 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='*GoldenCuda*' \
+      > $out/golden-bf16.txt 2>&1
+    echo "golden bf16 rc=$?"; grep -E "PASSED|FAILED|tests ran" $out/golden-bf16.txt | head -8
+    BLOOMERY_CUDA_GEMM=bf16 BLOOMERY_SPEC_BACKEND=cuda BLOOMERY_SPEC_TOKENS=1000 timeout 200 $B/bin/test_runtime \
+      --gtest_brief=1 --gtest_filter='*SpecDecode*' > $out/spec-cuda-bf16.txt 2>&1
+    echo "spec cuda bf16 rc=$?"; grep -E "FAILED|PASSED|tests ran" $out/spec-cuda-bf16.txt | head -20
+    pack
+    for layout in nvidia qad; do
+      timeout 120 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp --synthetic-layout $layout \
+        "${cut[@]}" -p 4096 --pp-depths 0 -n 0 -r 3 --ab gemm-bf16 --json-out $out/pp-$layout.json \
+        > $out/pp-$layout.txt 2>&1
+      grep -E "^\| pp" $out/pp-$layout.txt | sed "s/^/$layout: /"
+      pack
+    done
+    ;;
+  decode)
+    for layout in qad nvidia; do
+      timeout 150 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp --synthetic-layout $layout \
+        "${cut[@]}" "${tg[@]}" -c 1,4 --ab gdn-gated --json-out $out/gdn-$layout.json > $out/gdn-$layout.txt 2>&1
+      grep -E "^\| tg" $out/gdn-$layout.txt | sed "s/^/gdn-gated $layout: /"
+      pack
+    done
+    for ab in qad:row-ring-fp8 nvidia:row-ring; do
+      layout=${ab%%:*} knob=${ab#*:}
+      timeout 120 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp --synthetic-layout $layout \
+        "${cut[@]}" "${tg[@]}" -c 1 --ab $knob --json-out $out/$knob-$layout.json > $out/$knob-$layout.txt 2>&1
+      grep -E "^\| tg" $out/$knob-$layout.txt | sed "s/^/$knob $layout: /"
+      pack
+    done
+    prompt=$(dd if=reference/trained/corpus/heldout.txt bs=1 skip=2600 count=400 2>/dev/null)
+    for r in 1 2 3; do
+      for k in 0 1 2 3; do
+        spec=()
+        [ $k -gt 0 ] && spec=(--spec-type draft-mtp --spec-draft-n-max $k)
+        timeout 60 $B/bin/bloomery run -m tests/fixtures/trained/qwen4_exp-bf16 --backend cuda -p "$prompt" \
+          -n 200 --temp 0 --ignore-eos "${spec[@]}" > $out/mtp-k$k-$r.out 2> $out/mtp-k$k-$r.err
+        echo "mtp K=$k round $r: $(grep -E 'tokens/s' $out/mtp-k$k-$r.err) $(grep -E '^drafts' $out/mtp-k$k-$r.err)"
+      done
+    done | tee $out/mtp-trained.txt
+    md5sum $out/mtp-k*.out | awk '{print $1}' | sort | uniq -c | sed 's/^/mtp text variants: /'
+    pack
+    ;;
+  *)
+    echo "usage: $0 check|decode" >&2
+    exit 2
+    ;;
+esac
+find $out -mindepth 1 -not -name all.tgz -delete
