@@ -12,6 +12,8 @@
 #   tar -c .devcarry/bundle | xz -T2 -6 > .devcarry-all/b.txz; the lean tree keeps
 #   tests/fixtures/trained/qwen4_exp-bf16 and reference/trained/corpus/heldout.txt. device run, carry
 #   [".devcarry-all"], command: bash scripts/gpu/gdn-bf16-ring.sh check|decode
+# one: a single call when device time is short (the GPU tests the new code needs, the BF16 checks, the
+#   decode A/Bs without the nvidia ring, MTP; no pp A/B); decode-short: its second half.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
@@ -50,6 +52,33 @@ case "${1:-}" in
       grep -E "^\| tg" $out/$knob-$layout.txt | sed "s/^/$knob $layout: /"
       pack
     done
+    ;;&
+  one)  # one call when device time is short: the checks the new code needs, the A/Bs, no pp A/B
+    timeout 120 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='*GoldenCuda*:BlockOps.*:CudaOps.GatedDeltaRule' \
+      > $out/gpu-tests.txt 2>&1
+    echo "gpu tests rc=$?"; grep -E "FAILED|PASSED|tests ran|Failure" $out/gpu-tests.txt | head -20
+    pack
+    BLOOMERY_CUDA_GEMM=bf16 timeout 100 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='*GoldenCuda*' \
+      > $out/golden-bf16.txt 2>&1
+    echo "golden bf16 rc=$?"; grep -E "PASSED|FAILED|tests ran" $out/golden-bf16.txt | head -8
+    BLOOMERY_CUDA_GEMM=bf16 BLOOMERY_SPEC_BACKEND=cuda BLOOMERY_SPEC_TOKENS=1000 timeout 100 $B/bin/test_runtime \
+      --gtest_brief=1 --gtest_filter='*SpecDecode*' > $out/spec-cuda-bf16.txt 2>&1
+    echo "spec cuda bf16 rc=$?"; grep -E "FAILED|PASSED|tests ran" $out/spec-cuda-bf16.txt | head -20
+    pack
+    ;;&
+  one | decode-short)
+    for layout in qad nvidia; do
+      timeout 100 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp --synthetic-layout $layout \
+        "${cut[@]}" "${tg[@]}" -c 1,4 --ab gdn-gated --json-out $out/gdn-$layout.json > $out/gdn-$layout.txt 2>&1
+      grep -E "^\| tg" $out/gdn-$layout.txt | sed "s/^/gdn-gated $layout: /"
+      pack
+    done
+    timeout 80 $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp --synthetic-layout qad "${cut[@]}" \
+      "${tg[@]}" -c 1 --ab row-ring-fp8 --json-out $out/row-ring-fp8-qad.json > $out/row-ring-fp8-qad.txt 2>&1
+    grep -E "^\| tg" $out/row-ring-fp8-qad.txt | sed "s/^/row-ring-fp8 qad: /"
+    pack
+    ;;&
+  one | decode-short | decode)
     prompt=$(dd if=reference/trained/corpus/heldout.txt bs=1 skip=2600 count=400 2>/dev/null)
     for r in 1 2 3; do
       for k in 0 1 2 3; do
@@ -64,7 +93,7 @@ case "${1:-}" in
     pack
     ;;
   *)
-    echo "usage: $0 check|decode" >&2
+    echo "usage: $0 check|decode|one|decode-short" >&2
     exit 2
     ;;
 esac
