@@ -77,6 +77,10 @@ case "${1:-}" in
       "${tg[@]}" -c 1 --ab row-ring-fp8 --json-out $out/row-ring-fp8-qad.json > $out/row-ring-fp8-qad.txt 2>&1
     grep -E "^\| tg" $out/row-ring-fp8-qad.txt | sed "s/^/row-ring-fp8 qad: /"
     pack
+    timeout 80 $B/bin/bloomery bench --backend cuda --synthetic qwen3_next "${cut[@]}" "${tg[@]}" -c 1 \
+      --ab gdn-gated --json-out $out/gdn-qwen3_next.json > $out/gdn-qwen3_next.txt 2>&1
+    grep -E "^\| tg" $out/gdn-qwen3_next.txt | sed "s/^/gdn-gated qwen3_next: /"
+    pack
     ;;&
   one | decode-short | decode)
     prompt=$(dd if=reference/trained/corpus/heldout.txt bs=1 skip=2600 count=400 2>/dev/null)
