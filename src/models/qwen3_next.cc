@@ -398,21 +398,6 @@ class Qwen3Next final : public BatchedModel {
       be.causal_conv1d(out, mixed.slice(s.r0, s.T), *lw.conv, s.conv, 1, Act::Silu);
       spec_conv_replay(s.spec, s.conv_slot, mixed.slice(s.r0, s.T), lw.conv, 1, Act::Silu);
     }
-    Tensor o = be.alloc({T, Hv, dv});
-    // Decode rows (one token an entry, nothing to replay): the rest of the mixer is one block op per entry.
-    // z's rows are [key head h: its r value heads] = the value heads in order, as o's.
-    if (std::ranges::all_of(slots, [](const GdnSlot& s) { return s.T == 1 && !s.spec; })) {
-      Tensor ov = o.view({T, value_dim}), zv = z.view({T, value_dim}), av = a.view({T, Hv}),
-             bv = b.view({T, Hv});
-      for (GdnSlot& s : slots) {
-        Tensor os = ov.slice(s.r0, s.T);
-        be.gdn_step_gated(os, conv_out.slice(s.r0, s.T), zv.slice(s.r0, s.T), av.slice(s.r0, s.T),
-                          bv.slice(s.r0, s.T), *lw.A_log, *lw.dt_bias, *lw.gnorm, s.rec, Hk, dk, c_.eps,
-                          Act::Silu);
-      }
-      be.matmul(y, ov, *lw.out);
-      return;
-    }
     Tensor q = be.alloc({T, Hk, dk}), k = be.alloc({T, Hk, dk}), v = be.alloc({T, Hv, dv});
     Tensor q2 = q.view({T, key_dim}), k2 = k.view({T, key_dim}), v2 = v.view({T, value_dim});
     Tensor* const qkv_parts[] = {&q2, &k2, &v2};
@@ -420,6 +405,7 @@ class Qwen3Next final : public BatchedModel {
 
     Tensor g = be.alloc({T, Hv}), beta = be.alloc({T, Hv});
     be.gdn_gates(g, beta, a.view({T, Hv}), b.view({T, Hv}), *lw.A_log, *lw.dt_bias);
+    Tensor o = be.alloc({T, Hv, dv});
     // Prompts use the chunked form (as transformers does for any multi-token call); decode and verify rows
     // the recurrent step.
     for (GdnSlot& s : slots) {

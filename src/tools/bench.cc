@@ -65,9 +65,7 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"gemv-fp8-row", "fp8-row"},
                                                        {"gemv-bf16-row", "bf16-row"},
                                                        {"gemm-bf16", "bf16-act"},
-                                                       {"gdn-gated", "gdn-gated"},
-                                                       {"row-ring-fp8", "ring-fp8"},
-                                                       {"row-ring", "ring"}};
+                                                       {"gdn-gated", "gdn-gated"}};
 
 std::vector<std::string> ab_knob_names() {
   std::vector<std::string> names;
@@ -241,9 +239,7 @@ int run_bench(int argc, char** argv) {
          "(BLOOMERY_CUDA_GEMM=bf16x2) "
          "against plain BF16, rows 'ppN' and 'ppN+bf16-act'; 'gdn-gated' a GDN decode step's split, gates, "
          "delta rule and gated norm as separate kernels (BLOOMERY_CUDA_GDN_GATED=0) against one pass, rows "
-         "'tgN' and 'tgN+gdn-gated'; 'row-ring-fp8' and 'row-ring' the one-row GEMV's batch variant against "
-         "its ring variant for FP8 (BLOOMERY_CUDA_GEMV_ROW_RING=1), or FP8 and BF16 (=2), rows 'tgN' and "
-         "'tgN+ring-fp8' or 'tgN+ring'. pp rows alternate too")
+         "'tgN' and 'tgN+gdn-gated'. pp rows alternate too")
       ->check(CLI::IsMember(ab_knob_names()));
   app.add_flag(
       "--profile-tg", bp.profile_tg,
@@ -474,10 +470,6 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_fp8_row(candidate); };
       else if (ab_knob == "gemv-bf16-row")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_bf16_row(candidate); };
-      else if (ab_knob == "row-ring-fp8")
-        hooks.set_ab = [](bool candidate) { cuda::set_gemv_row_ring(candidate ? 1 : 0); };
-      else if (ab_knob == "row-ring")
-        hooks.set_ab = [](bool candidate) { cuda::set_gemv_row_ring(candidate ? 2 : 0); };
       else if (ab_knob == "gdn-gated")
         hooks.set_ab = [cb](bool candidate) { cb->set_gdn_step_gated(candidate); };
       else if (ab_knob == "gemm-bf16")

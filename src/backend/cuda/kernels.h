@@ -78,9 +78,6 @@ bool gemv_fp8_row();
 void set_gemv_fp8_row(bool on);
 bool gemv_bf16_row();
 void set_gemv_bf16_row(bool on);
-// The one-row kernel's ring variant for 0 kinds, 1 (FP8) or 2 (FP8 and BF16); BLOOMERY_CUDA_GEMV_ROW_RING at
-// start, the setter between steps for A/B measurements.
-void set_gemv_row_ring(int kinds);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

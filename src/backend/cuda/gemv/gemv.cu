@@ -262,11 +262,11 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
 }
 
 // One row of x against BF16 or FP8-family weights (gemv_row.cuh): a product, or a group of them in one grid.
-template <RowKind KD, bool kRing>
+template <RowKind KD>
 __global__ void __launch_bounds__(kSplitWarps * 32)
     gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, float* __restrict__ y,
                int ks, Epilogue e) {
-  row_rows<KD, kSplitWarps, kRing>(w, row0, n, x, y, ks, e, blockIdx.x);
+  row_rows<KD, kSplitWarps>(w, row0, n, x, y, ks, e, blockIdx.x);
 }
 
 // A group's products on the one-row kernel: both kinds in one grid (the MoE router group and the HC down +
@@ -276,31 +276,17 @@ struct RowGroupArgs {
   bool fp8[kGroupMax];
 };
 
-template <bool kFp8Ring, bool kBf16Ring>
 __global__ void __launch_bounds__(kSplitWarps * 32)
     gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x) {
   const GroupArgs& g = a.g;
   int i = 0;
   while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
   if (a.fp8[i])
-    row_rows<RowKind::Fp8, kSplitWarps, kFp8Ring>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                                  blockIdx.x - g.first[i]);
+    row_rows<RowKind::Fp8, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                        blockIdx.x - g.first[i]);
   else
-    row_rows<RowKind::Bf16, kSplitWarps, kBf16Ring>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                                    blockIdx.x - g.first[i]);
-}
-
-// Which kinds take row_rows' ring variant: BLOOMERY_CUDA_GEMV_ROW_RING=0 neither (the default), 1 FP8, 2
-// both (an A/B switch while it is measured).
-std::atomic<int>& row_ring_slot() {
-  static std::atomic<int> v{[] {
-    const char* e = std::getenv("BLOOMERY_CUDA_GEMV_ROW_RING");
-    return e && *e ? std::atoi(e) : 0;
-  }()};
-  return v;
-}
-int row_ring() {
-  return row_ring_slot().load(std::memory_order_relaxed);
+    row_rows<RowKind::Bf16, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                         blockIdx.x - g.first[i]);
 }
 
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
@@ -398,15 +384,10 @@ void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, co
   const int ks = row_ways(w, n, ks_fixed);
   const int64_t per_block = kSplitWarps / ks;
   const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
-  const int ring = row_ring();
-  if (kind == RowKind::Fp8 && ring >= 1)
-    pdl_launch(gemv_row_k<RowKind::Fp8, true>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
-  else if (kind == RowKind::Fp8)
-    pdl_launch(gemv_row_k<RowKind::Fp8, false>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
-  else if (ring >= 2)
-    pdl_launch(gemv_row_k<RowKind::Bf16, true>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+  if (kind == RowKind::Fp8)
+    pdl_launch(gemv_row_k<RowKind::Fp8>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
   else
-    pdl_launch(gemv_row_k<RowKind::Bf16, false>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+    pdl_launch(gemv_row_k<RowKind::Bf16>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
 }
 
 // Products of one x on the one-row kernel (either kind, in order), in launches of up to kGroupMax (ks_fixed
@@ -422,13 +403,7 @@ void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> 
       return std::pair{n, row_ways(p.w, n, ks_fixed)};  // one weight row per warp group
     });
     for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
-    const int ring = row_ring();
-    if (ring >= 2)
-      pdl_launch(gemv_row_group_k<true, true>, blocks, kSplitWarps * 32, 0, s, a, x);
-    else if (ring == 1)
-      pdl_launch(gemv_row_group_k<true, false>, blocks, kSplitWarps * 32, 0, s, a, x);
-    else
-      pdl_launch(gemv_row_group_k<false, false>, blocks, kSplitWarps * 32, 0, s, a, x);
+    pdl_launch(gemv_row_group_k, blocks, kSplitWarps * 32, 0, s, a, x);
     BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products, first W[" +
                                std::to_string(a.g.w[0].rows) + ", " + std::to_string(a.g.w[0].cols) + "]");
   }
@@ -496,10 +471,6 @@ bool gemv_bf16_row() {
 
 void set_gemv_bf16_row(bool on) {
   row_slot(RowKind::Bf16).store(on, std::memory_order_relaxed);
-}
-
-void set_gemv_row_ring(int kinds) {
-  row_ring_slot().store(kinds, std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {

@@ -52,24 +52,14 @@ inline int row_split(int64_t n, int64_t chunks, int max_ways) {
   return ks;
 }
 
-// Chunks a lane keeps in flight on the ring variant (row_rows' kRing): 16 FP8 words (64 bytes, as many as the
-// batch variant's 8 BF16 pairs) or 8 BF16 pairs.
-template <RowKind KD>
-constexpr int kRingAhead = KD == RowKind::Fp8 ? 16 : 8;
-
 // One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for one row of x: ks warps share a weight row, warp wk
 // taking chunks wk, wk + ks, …; their partial sums are added in warp order (fixed, so the bits repeat).
 // `block` is the block's index within this product (a grouped launch runs several products in one grid).
-// Batch variant: a lane loads kRowAhead chunks (and their x and scales), then uses them all. Ring variant
-// (kRing): a chunk's register is refilled with the chunk kRingAhead on as soon as it is used, so the lane's
-// weight reads stay in flight all along, and x is read at use (an L1 hit). Why: the batch variant read FP8 at
-// half BF16's rate per byte, with half the bytes in flight per lane. Both sum the same terms in the same
-// order, so their bits agree.
-template <RowKind KD, int kWarpsPerBlock, bool kRing = false>
+template <RowKind KD, int kWarpsPerBlock>
 __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, int64_t n,
                                          const float* __restrict__ x, float* __restrict__ y, int ks,
                                          const Epilogue& e, int64_t block) {
-  constexpr int A = kRing ? kRingAhead<KD> : kRowAhead;
+  constexpr int A = kRowAhead;
   constexpr bool kFp8 = KD == RowKind::Fp8;
   using Bits = std::conditional_t<kFp8, uint32_t, uint2>;  // a lane's 4 elements of a chunk
   __shared__ float part[kWarpsPerBlock];
@@ -88,30 +78,14 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
   const int sub = lane >> 3;  // the lane's 32-element scale chunk within a 128-element chunk
   Bits q[A];
   uint32_t sr[A];
-  const auto load_one = [&](int i, int j) {
-    const bool in = active && j < chunks;
-    q[i] = in ? __ldg(wq + j * 32) : Bits{};
-    if constexpr (kFp8) sr[i] = in ? sc.raw(4 * j + sub) : 0u;
-  };
   const auto load = [&](int j0) {
 #pragma unroll
-    for (int i = 0; i < A; ++i) load_one(i, j0 + i * ks);
-  };
-  // The lane's 4-element term of chunk i of the registers against x's float4 xs.
-  const auto term = [&](int i, float4 xs, float& acc) {
-    float4 v;
-    if constexpr (kFp8)
-      v = e4m3x4_to_f32(q[i]);
-    else
-      v = bf16x4_to_f32(q[i]);
-    float p = __fmul_rn(v.x, xs.x);
-    p = fmaf(v.y, xs.y, p);
-    p = fmaf(v.z, xs.z, p);
-    p = fmaf(v.w, xs.w, p);
-    if constexpr (kFp8)
-      acc = fmaf(sc.value(sr[i]), p, acc);
-    else
-      acc += p;
+    for (int i = 0; i < A; ++i) {
+      const int j = j0 + i * ks;
+      const bool in = active && j < chunks;
+      q[i] = in ? __ldg(wq + j * 32) : Bits{};
+      if constexpr (kFp8) sr[i] = in ? sc.raw(4 * j + sub) : 0u;
+    }
   };
   // The first batch is read before waiting for the previous kernel (weights never change), so that read
   // overlaps its tail (misc/pdl.cuh); x and y are touched only after the wait.
@@ -120,30 +94,30 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
   pdl_launch_dependents();
   const float4* xv = reinterpret_cast<const float4*>(x) + lane;
   float acc = 0.0f;
-  if constexpr (kRing) {
-    for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
+  for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
+    if (j0 != wk) load(j0);
+    float4 xs[A];
 #pragma unroll
-      for (int i = 0; i < A; ++i) {
-        const int j = j0 + i * ks;
-        if (j >= chunks) break;
-        term(i, __ldg(xv + j * 32), acc);
-        load_one(i, j + ks * A);
-      }
+    for (int i = 0; i < A; ++i) {
+      const int j = j0 + i * ks;
+      xs[i] = j < chunks ? __ldg(xv + j * 32) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-  } else {
-    for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
-      if (j0 != wk) load(j0);
-      float4 xs[A];
 #pragma unroll
-      for (int i = 0; i < A; ++i) {
-        const int j = j0 + i * ks;
-        xs[i] = j < chunks ? __ldg(xv + j * 32) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int i = 0; i < A; ++i) {
-        if (j0 + i * ks >= chunks) break;
-        term(i, xs[i], acc);
-      }
+    for (int i = 0; i < A; ++i) {
+      if (j0 + i * ks >= chunks) break;
+      float4 v;
+      if constexpr (kFp8)
+        v = e4m3x4_to_f32(q[i]);
+      else
+        v = bf16x4_to_f32(q[i]);
+      float p = __fmul_rn(v.x, xs[i].x);
+      p = fmaf(v.y, xs[i].y, p);
+      p = fmaf(v.z, xs[i].z, p);
+      p = fmaf(v.w, xs[i].w, p);
+      if constexpr (kFp8)
+        acc = fmaf(sc.value(sr[i]), p, acc);
+      else
+        acc += p;
     }
   }
   const float s = warp_reduce_sum(acc);

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# (Record: the device script as it ran, from scripts/gpu/ at 771e9cb; the ring knobs it names were removed with the variant.)
 # Two device calls of under ten minutes each, on one bundle (issues 12, 13, 15):
 #   check:  the GPU suite (BlockOps.GdnStepGatedEqualsSeparateOps among them), then plain BF16 prompt GEMMs with
 #           split rows up to 32 (427d28d): GoldenCuda and the speculative-decoding suite on the card
