@@ -209,6 +209,10 @@ class Backend : public virtual FamilyOps {
   virtual void step_layer_done() {}
   // How decode steps reach the device, for the server's start screen ("" when there is nothing to say).
   virtual std::string decode_steps() const { return ""; }
+  // Whether the products of prompt-sized passes round their activations to BF16 (the card's plain BF16 prompt
+  // GEMM mode). A sequence's state then depends on how its tokens were cut into passes to that rounding, as
+  // it does with BF16 caches; the speculative-decoding tests hold such states to the BF16 tolerance.
+  virtual bool rounds_prompt_activations() const { return false; }
 
   // ---- weights -------------------------------------------------------------------------------------------
   // Loads one logical weight of a checkpoint (validated by the format layer); `shape` is the logical shape

@@ -12,6 +12,7 @@
 #include <cstring>
 
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/gemm/gemm_internal.h"
 #include "backend/cuda/op_args.h"
 
 namespace bloomery::cuda {
@@ -67,6 +68,10 @@ std::string CudaBackend::decode_steps() const {
   const int n = graphs_.segment_layers();
   return "CUDA graphs, recorded " + (n > 0 ? std::to_string(n) + " layer(s)" : std::string("a whole step")) +
          " at a time and replayed (BLOOMERY_CUDA_GRAPHS=0 launches eagerly)";
+}
+
+bool CudaBackend::rounds_prompt_activations() const {
+  return gemm_mode() == GemmMode::Bf16;
 }
 
 void CudaBackend::set_step_graphs(bool on) {

@@ -74,6 +74,7 @@ class CudaBackend final : public Backend {
   void end_step() override;
   void step_layer_done() override { graphs_.layer_done(stream_); }
   std::string decode_steps() const override;
+  bool rounds_prompt_activations() const override;
   void abort_step() noexcept override;
   StepGraphs& step_graphs() { return graphs_; }
   // Graph mode on or off between steps (bench A/B); on needs a backend built in graph mode (its stream).
