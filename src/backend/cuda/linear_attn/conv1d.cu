@@ -4,6 +4,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_attn/gdn_gates.cuh"
 #include "backend/cuda/misc/device_math.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 
@@ -83,8 +84,8 @@ __global__ void gdn_gates_k(float* g, float* beta, const float* a, const float* 
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < T * Hv;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t h = i % Hv;
-    g[i] = -expf(A_log[h]) * act_apply(kActSoftplus, a[i] + dt_bias[h]);
-    beta[i] = act_apply(kActSigmoid, b[i]);
+    g[i] = gdn_log_decay(A_log[h], dt_bias[h], a[i]);
+    beta[i] = gdn_beta(b[i]);
   }
 }
 

@@ -11,7 +11,9 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/linear_attn/gdn_gates.cuh"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/norm_group.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
@@ -151,9 +153,9 @@ __global__ void __launch_bounds__(kStepThreads)
 }
 
 // gdn_step_gated: a block per value head, its dv columns (rounded up to warps) × kStepRowGroups threads. The
-// gates are gdn_gates_k's expressions, the recurrence step_token's, and the gated norm rms_norm_gated_k's
-// sums in its order (rms_norm_threads(dv) partials, each over the columns i ≡ thread mod that count, then
-// block_reduce_sum's warp and cross-warp sums), so the bits equal the separate kernels'.
+// gates are gdn_gates_k's (gdn_gates.cuh), the recurrence step_token's, and the gated norm rms_norm_gated_k's
+// (norm_group.cuh, over rms_norm_threads(dv) threads as that kernel's block), so the bits equal the separate
+// kernels'.
 constexpr int kGatedThreads = kGdnMaxDv * kStepRowGroups;
 __global__ void __launch_bounds__(kGatedThreads)
     gdn_step_gated_k(float* __restrict__ out, const float* __restrict__ c, const float* __restrict__ z,
@@ -178,8 +180,8 @@ __global__ void __launch_bounds__(kGatedThreads)
   const float qscale = 1.0f / sqrtf(static_cast<float>(dk));
   auto load = [&](int64_t t) {
     StepIn in = load_qkv(c, c + kd, c + 2 * kd, t, C, C, h, kh, dk, dv, b, tid);
-    in.g = -expf(A_log[h]) * act_apply(kActSoftplus, a[t * Hv + h] + dt_bias[h]);
-    in.beta = act_apply(kActSigmoid, bg[t * Hv + h]);
+    in.g = gdn_log_decay(A_log[h], dt_bias[h], a[t * Hv + h]);
+    in.beta = gdn_beta(bg[t * Hv + h]);
     return in;
   };
   StepIn cur = load(0);
@@ -189,24 +191,8 @@ __global__ void __launch_bounds__(kGatedThreads)
                                red_mem, red_out);
     if (ty == 0 && col) os[b] = o;
     __syncthreads();
-    // rms_norm_gated over the head's dv outputs
-    float ss = 0.0f;
-    if (tid < norm_threads)
-      for (int i = tid; i < dv; i += norm_threads) ss += os[i] * os[i];
-    ss = warp_reduce_sum(ss);
-    if ((tid & 31) == 0 && tid < norm_threads) red[tid / 32] = ss;
-    __syncthreads();
-    if (tid < 32) {
-      float r = tid < norm_threads / 32 ? red[tid] : 0.0f;
-      r = warp_reduce_sum(r);
-      if (tid == 0) red[32] = r;
-    }
-    __syncthreads();
-    const float sc = 1.0f / sqrtf(red[32] / static_cast<float>(dv) + eps);
-    for (int i = tid; i < dv; i += blockDim.x) {
-      const int64_t j = t * vd + h * dv + i;
-      out[j] = (nw[i] * (os[i] * sc)) * act_apply(act, z[j]);
-    }
+    const int64_t at = t * vd + h * dv;
+    rms_norm_gated_group(out + at, os, z + at, nw, eps, act, dv, norm_threads, red);
     __syncthreads();  // os and red are rewritten by the next token
     cur = nxt;
   }
@@ -234,15 +220,18 @@ void gdn_step_gated(float* out, const float* c, const float* z, const float* a, 
                     const float* A_log, const float* dt_bias, const float* norm, float* state, int64_t T,
                     int64_t Hk, int64_t Hv, int64_t dk, int64_t dv, float eps, int act, cudaStream_t s) {
   if (Hv == 0 || T == 0) return;
-  const std::string what = "gdn_step_gated T " + std::to_string(T) + " Hk " + std::to_string(Hk) + " dk " +
-                           std::to_string(dk) + " Hv " + std::to_string(Hv) + " dv " + std::to_string(dv);
+  // Named only on failure: this runs for every GDN layer of every decode step.
+  auto what = [&] {
+    return "gdn_step_gated T " + std::to_string(T) + " Hk " + std::to_string(Hk) + " dk " +
+           std::to_string(dk) + " Hv " + std::to_string(Hv) + " dv " + std::to_string(dv);
+  };
   if (dk < 1 || dk > kGdnMaxDk || dv < 1 || dv > kGdnMaxDv || Hk < 1 || Hv % Hk != 0)
-    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what + ": needs dk, dv <= 128 and Hv a multiple of Hk");
+    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, what() + ": needs dk, dv <= 128 and Hv a multiple of Hk");
   const int ncols = static_cast<int>((dv + 31) / 32 * 32);
   pdl_launch(gdn_step_gated_k, static_cast<unsigned>(Hv), ncols * kStepRowGroups, 0, s, out, c, z, a, b,
              A_log, dt_bias, norm, state, T, Hk, Hv, static_cast<int>(dk), static_cast<int>(dv), eps, act,
              rms_norm_threads(dv));
-  BLOOMERY_CUDA_CHECK_LAUNCH(what);
+  BLOOMERY_CUDA_CHECK_LAUNCH(what());
 }
 
 }  // namespace bloomery::cuda

@@ -5,6 +5,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/kernels.h"
 #include "backend/cuda/misc/device_math.cuh"
+#include "backend/cuda/misc/norm_group.cuh"
 #include "backend/cuda/misc/pdl.cuh"
 
 namespace bloomery::cuda {
@@ -36,16 +37,8 @@ __global__ void rms_norm_gated_k(float* out, const float* x, const float* z, con
   pdl_wait();
   pdl_launch_dependents();
   __shared__ float red[33];
-  const int64_t g = blockIdx.x;
-  const float* xg = x + g * group;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) ss += xg[i] * xg[i];
-  ss = block_reduce_sum(ss, red);
-  const float s = 1.0f / sqrtf(ss / static_cast<float>(group) + eps);
-  for (int64_t i = threadIdx.x; i < group; i += blockDim.x) {
-    const int64_t j = g * group + i;
-    out[j] = (w[i] * (x[j] * s)) * act_apply(act, z[j]);
-  }
+  const int64_t at = blockIdx.x * group;
+  rms_norm_gated_group(out + at, x + at, z + at, w, eps, act, group, static_cast<int>(blockDim.x), red);
 }
 
 __global__ void layer_norm_k(float* out, const float* x, const float* w, const float* b, float eps,
