@@ -221,13 +221,17 @@ TEST(Scheduler, QueuedRequestCancelledBeforeItStarts) {
 // step that samples, and before that step's constrain.
 TEST(Scheduler, PreparesTheConstraintWhileTheForwardRuns) {
   struct OverlapEngine : ScriptEngine {
-    std::atomic<bool> forwarding{false}, preparing{false};
+    std::atomic<bool> forwarding{false}, preparing{false}, looked{false};
     std::atomic<int> overlaps{0};
     void forward(std::span<StepItem> items) override {
       forwarding = true;
       const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
       while (!preparing && std::chrono::steady_clock::now() < until) std::this_thread::yield();
       ScriptEngine::forward(items);
+      // The helper may not have been scheduled since it raised `preparing` (two busy cores): the forward
+      // ends only once the helper has looked, so a real overlap is never missed for a slow thread.
+      while (preparing && !looked && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      looked = false;
       preparing = false;
       forwarding = false;
     }
@@ -245,6 +249,7 @@ TEST(Scheduler, PreparesTheConstraintWhileTheForwardRuns) {
     const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (!e.forwarding && std::chrono::steady_clock::now() < until) std::this_thread::yield();
     if (e.forwarding) e.overlaps++;
+    e.looked = true;
     order.push_back("prepare");
   };
   r.constrain = [&](std::vector<float>& logits) {
