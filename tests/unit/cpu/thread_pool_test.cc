@@ -57,4 +57,21 @@ TEST(ThreadPool, AWorkersExceptionReachesTheCaller) {
   for (int64_t i = 0; i < 1000; ++i) ASSERT_EQ(hits[i].load(), 1) << i;
 }
 
+// Back-to-back jobs of a few items each, of changing sizes: a worker that wakes late for one job (after the
+// caller took its last chunk) must not claim a chunk of the next one with the old job's bounds.
+TEST(ThreadPool, ManyTinyJobsBackToBackEachCoverTheirOwnRange) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(16);
+  for (int job = 0; job < 20000; ++job) {
+    const int64_t n = 2 + job % 15;
+    pool.parallel_for(n, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) hits[i]++;
+    });
+    for (int64_t i = 0; i < 16; ++i) {
+      ASSERT_EQ(hits[i].load(), i < n ? 1 : 0) << "job " << job << " n=" << n << " i=" << i;
+      hits[i] = 0;
+    }
+  }
+}
+
 }  // namespace bloomery
