@@ -776,6 +776,94 @@ TEST_F(CudaLinear, GemvLaunchOverrideMatchesReference) {
   gpu_->set_group_products(false);
 }
 
+// The one-row kernel with 2 or 4 weight rows a warp (cuda::set_gemv_row_rows: one load of x for all of them)
+// gives R = 1's bits under every fixed split-K way, for whole weights with partial row groups (n % 4 ≠ 0), a
+// block of rows and a grouped launch mixing both kinds with epilogues, and stays within the CPU product's
+// bound under the heuristic's ways too. Other row counts throw.
+TEST_F(CudaLinear, OneRowKernelRowsPerWarpKeepTheBits) {
+  SplitKLaunch launch;
+  TcSwitch tc(false);
+  struct RowRows {
+    int was = cuda::gemv_row_rows();
+    ~RowRows() { cuda::set_gemv_row_rows(was); }
+  } restore;
+  ASSERT_TRUE(cuda::gemv_fp8_row() && cuda::gemv_bf16_row()) << "the one-row kernel is switched off";
+  for (int bad : {0, 3, 8, -1}) EXPECT_THROW(cuda::set_gemv_row_rows(bad), Error) << bad;
+  struct Case {
+    FormatId f;
+    int64_t n, k;
+  };
+  const int kSplits[] = {0, 1, 2, 4, 8};
+  for (const Case& cs : {Case{FormatId::BF16, 330, 2560}, Case{FormatId::MXFP8, 257, 1024},
+                         Case{FormatId::FP8_BLOCK, 301, 2560}, Case{FormatId::MXFP8, 3, 128}}) {
+    auto s = make_any(cs.f, cs.n, cs.k, rng_);
+    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    const std::string shape =
+        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    const auto x = randn(cs.k);
+    Tensor xc = cpu_->upload(x, {1, cs.k}), xg = gpu_->upload(x, {1, cs.k});
+    Tensor yc = cpu_->alloc({1, cs.n}), yg = gpu_->alloc({1, cs.n});
+    cpu_->matmul(yc, xc, wc);
+    const auto c = cpu_->download(yc);
+    const auto bound = matmul_bound(x, s->decoded, 1, 0, cs.n, cs.k, 1e-5);
+    for (int ks : kSplits) {
+      launch.set(0, ks);
+      std::vector<float> one_row;
+      for (int rows : {1, 2, 4}) {
+        cuda::set_gemv_row_rows(rows);
+        const std::string what = shape + " R=" + std::to_string(rows) + " " + launch_name(0, ks);
+        gpu_->fill(yg, NAN);
+        gpu_->matmul(yg, xg, wg);
+        const auto g = gpu_->download(yg);
+        size_t at = 0;
+        EXPECT_LE(worst_ratio(g, c, bound, &at), 1.0)
+            << what << ": element " << at << " gpu " << g[at] << " cpu " << c[at] << " bound " << bound[at];
+        if (rows == 1) one_row = g;
+        if (rows != 1 && ks != 0)
+          EXPECT_EQ(0, std::memcmp(g.data(), one_row.data(), g.size() * 4))
+              << what << ": other bits than R=1";
+        if (cs.n > 203 + 128) check_matmul(wc, wg, s->decoded, 1, 128, cs.n - 203, what + " rows 128+");
+      }
+    }
+  }
+  const int64_t k = 2560;
+  const std::vector<GroupPart> spec = {{FormatId::BF16, 330, {}},
+                                       {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
+                                       {FormatId::BF16, 3, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
+                                       {FormatId::MXFP8, 1, {.act = Act::Sigmoid}}};
+  std::vector<std::unique_ptr<StoredWeight>> stored;
+  const std::vector<Weight> ws = upload_parts(spec, k, stored);
+  gpu_->set_group_products(true);
+  Tensor x = gpu_->upload(randn(k, 0.5f), {1, k});
+  for (int ks : {1, 2, 4, 8}) {
+    launch.set(0, ks);
+    std::vector<std::vector<float>> one_row;
+    for (int rows : {1, 2, 4}) {
+      cuda::set_gemv_row_rows(rows);
+      std::vector<Tensor> grouped;
+      for (const GroupPart& p : spec) {
+        grouped.push_back(gpu_->alloc({1, p.n}));
+        gpu_->fill(grouped.back(), NAN);
+      }
+      std::vector<Backend::Product> ps;
+      for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
+      gpu_->matmul_group(ps, x);
+      for (size_t i = 0; i < spec.size(); ++i) {
+        const auto g = gpu_->download(grouped[i]);
+        if (rows == 1) {
+          one_row.push_back(g);
+          continue;
+        }
+        expect_close(
+            g, one_row[i], 0, 0,
+            "group product " + std::to_string(i) + " R=" + std::to_string(rows) + " " + launch_name(0, ks));
+      }
+    }
+  }
+  gpu_->set_group_products(false);
+}
+
 // Random stored bytes at [n, k] from a xorshift (the step's largest weights take a moment, not many
 // seconds): BF16 as fast_bf16; MXFP8 with random_e4m3's element bytes (no NaN codes, exponent field ≤ 9) and
 // block exponents 2^-7 .. 2^3 (make_stored's).

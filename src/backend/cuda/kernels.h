@@ -78,6 +78,11 @@ bool gemv_fp8_row();
 void set_gemv_fp8_row(bool on);
 bool gemv_bf16_row();
 void set_gemv_bf16_row(bool on);
+// The one-row kernel's weight rows a warp, read against one load of x: 1 (the default), 2 or 4
+// (BLOOMERY_CUDA_GEMV_ROW_RPW at start; the setter between steps for A/B measurements, any other value
+// throws). The bits do not depend on it under the same split-K ways.
+int gemv_row_rows();
+void set_gemv_row_rows(int rows);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

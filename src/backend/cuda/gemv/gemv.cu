@@ -261,12 +261,13 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   split_rows<W, R, kXOnce>(g.w[i], 0, g.n[i], x, T, g.y[i], g.ks[i], g.e[i], blockIdx.x - g.first[i]);
 }
 
-// One row of x against BF16 or FP8-family weights (gemv_row.cuh): a product, or a group of them in one grid.
-template <RowKind KD>
+// One row of x against BF16 or FP8-family weights (gemv_row.cuh), R weight rows a warp: a product, or a group
+// of them in one grid.
+template <RowKind KD, int R>
 __global__ void __launch_bounds__(kSplitWarps * 32)
     gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, float* __restrict__ y,
                int ks, Epilogue e) {
-  row_rows<KD, kSplitWarps>(w, row0, n, x, y, ks, e, blockIdx.x);
+  row_rows<KD, kSplitWarps, R>(w, row0, n, x, y, ks, e, blockIdx.x);
 }
 
 // A group's products on the one-row kernel: both kinds in one grid (the MoE router group and the HC down +
@@ -276,17 +277,18 @@ struct RowGroupArgs {
   bool fp8[kGroupMax];
 };
 
+template <int R>
 __global__ void __launch_bounds__(kSplitWarps * 32)
     gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x) {
   const GroupArgs& g = a.g;
   int i = 0;
   while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
   if (a.fp8[i])
-    row_rows<RowKind::Fp8, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                        blockIdx.x - g.first[i]);
+    row_rows<RowKind::Fp8, kSplitWarps, R>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                           blockIdx.x - g.first[i]);
   else
-    row_rows<RowKind::Bf16, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                         blockIdx.x - g.first[i]);
+    row_rows<RowKind::Bf16, kSplitWarps, R>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                            blockIdx.x - g.first[i]);
 }
 
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
@@ -372,41 +374,74 @@ std::atomic<bool>& row_slot(RowKind kind) {
   return kind == RowKind::Fp8 ? fp8 : bf16;
 }
 
-// Split-K ways of the one-row kernel for n rows of w: ks_fixed when set (launch_split's override), else
-// row_split's choice.
+// The one-row kernel's weight rows per warp (1, 2 or 4; BLOOMERY_CUDA_GEMV_ROW_RPW at start, 1 unless set).
+std::atomic<int>& row_rows_slot() {
+  static std::atomic<int> v{[] {
+    const char* e = std::getenv("BLOOMERY_CUDA_GEMV_ROW_RPW");
+    const int r = e ? std::atoi(e) : 1;
+    return valid_row_rows(r) ? r : 1;
+  }()};
+  return v;
+}
+
+// Calls f(std::integral_constant<int, R>{}) for the one-row kernel's rows per warp now.
+template <typename F>
+void with_row_rows(F&& f) {
+  switch (row_rows_slot().load(std::memory_order_relaxed)) {
+    case 4:
+      return f(std::integral_constant<int, 4>{});
+    case 2:
+      return f(std::integral_constant<int, 2>{});
+    default:
+      return f(std::integral_constant<int, 1>{});
+  }
+}
+
+// Split-K ways of the one-row kernel for n rows of w, R rows a warp: ks_fixed when set (launch_split's
+// override), else row_split's choice.
+template <int R>
 int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed) {
-  return ks_fixed ? ks_fixed : row_split(n, static_cast<int64_t>(w.cols / kRowChunk), kSplitWarps);
+  return ks_fixed ? ks_fixed
+                  : row_split((n + R - 1) / R, static_cast<int64_t>(w.cols / kRowChunk), kSplitWarps,
+                              row_ahead(R));
 }
 
 // One product on the one-row kernel (ks_fixed as in launch_split).
 void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, float* y,
                 cudaStream_t s, const Epilogue& e, int ks_fixed) {
-  const int ks = row_ways(w, n, ks_fixed);
-  const int64_t per_block = kSplitWarps / ks;
-  const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
-  if (kind == RowKind::Fp8)
-    pdl_launch(gemv_row_k<RowKind::Fp8>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
-  else
-    pdl_launch(gemv_row_k<RowKind::Bf16>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+  with_row_rows([&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    const int ks = row_ways<R>(w, n, ks_fixed);
+    const int64_t per_block = kSplitWarps / ks * R;
+    const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
+    if (kind == RowKind::Fp8)
+      pdl_launch(gemv_row_k<RowKind::Fp8, R>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+    else
+      pdl_launch(gemv_row_k<RowKind::Bf16, R>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+  });
 }
 
 // Products of one x on the one-row kernel (either kind, in order), in launches of up to kGroupMax (ks_fixed
 // as in launch_split).
 void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x,
                       cudaStream_t s, int ks_fixed) {
-  for (size_t at = 0; at < ps.size(); at += kGroupMax) {
-    const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
-    RowGroupArgs a{};
-    unsigned blocks = 0;
-    a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
-      const int64_t n = static_cast<int64_t>(p.w.rows);
-      return std::pair{n, row_ways(p.w, n, ks_fixed)};  // one weight row per warp group
-    });
-    for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
-    pdl_launch(gemv_row_group_k, blocks, kSplitWarps * 32, 0, s, a, x);
-    BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products, first W[" +
-                               std::to_string(a.g.w[0].rows) + ", " + std::to_string(a.g.w[0].cols) + "]");
-  }
+  with_row_rows([&](auto rows) {
+    constexpr int R = decltype(rows)::value;
+    for (size_t at = 0; at < ps.size(); at += kGroupMax) {
+      const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
+      RowGroupArgs a{};
+      unsigned blocks = 0;
+      a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
+        const int64_t n = static_cast<int64_t>(p.w.rows);
+        return std::pair{(n + R - 1) / R, row_ways<R>(p.w, n, ks_fixed)};  // R weight rows a warp group
+      });
+      for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
+      pdl_launch(gemv_row_group_k<R>, blocks, kSplitWarps * 32, 0, s, a, x);
+      BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) +
+                                 " products, first W[" + std::to_string(a.g.w[0].rows) + ", " +
+                                 std::to_string(a.g.w[0].cols) + "]");
+    }
+  });
 }
 
 int variant_from_env() {
@@ -471,6 +506,17 @@ bool gemv_bf16_row() {
 
 void set_gemv_bf16_row(bool on) {
   row_slot(RowKind::Bf16).store(on, std::memory_order_relaxed);
+}
+
+int gemv_row_rows() {
+  return row_rows_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemv_row_rows(int rows) {
+  if (!valid_row_rows(rows))
+    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, "set_gemv_row_rows(" + std::to_string(rows) +
+                                                   "): needs 1, 2 or 4 weight rows a warp");
+  row_rows_slot().store(rows, std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {

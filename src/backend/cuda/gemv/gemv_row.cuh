@@ -24,7 +24,19 @@
 namespace bloomery::cuda {
 
 constexpr int kRowChunk = 128;  // k elements a warp reads with one load (32 lanes × 4)
-constexpr int kRowAhead = 8;  // chunks a lane loads before using any (32 bytes of FP8, 64 of BF16, in flight)
+
+// Weight rows one warp reads against the same loads of x: 1, 2 or 4. With R rows a lane's float4 of x serves
+// R weight words, so the x traffic per weight byte (4 bytes of x per FP8 element at R = 1, which costs an
+// MXFP8 product what a BF16 one costs per element) drops R-fold. Each row's terms, order and reduction do not
+// depend on R: the bits are R = 1's under the same split-K ways.
+constexpr bool valid_row_rows(int r) {
+  return r == 1 || r == 2 || r == 4;
+}
+// Chunks a lane loads before using any, per row: 8 (32 bytes of FP8, 64 of BF16, in flight) up to two rows,
+// 4 at four rows (the registers of 4 × 8 chunks would cost resident warps).
+constexpr int row_ahead(int rows) {
+  return rows <= 2 ? 8 : 4;
+}
 
 // The element kinds the one-row kernel reads.
 enum class RowKind { Bf16, Fp8 };
@@ -43,48 +55,60 @@ inline bool row_kind_of(const DeviceWeight& w, const float* x, RowKind& kind) {
   return RowScale::fits(w);
 }
 
-// Split-K ways for n rows of `chunks` chunks: as many warps as the card holds at once, each with at least
-// half a batch of chunks.
-inline int row_split(int64_t n, int64_t chunks, int max_ways) {
+// Split-K ways for `row_groups` warp row groups of `chunks` chunks: as many warps as the card holds at once,
+// each with at least half a batch of chunks.
+inline int row_split(int64_t row_groups, int64_t chunks, int max_ways, int ahead) {
   constexpr int64_t kWarpsWanted = 132 * 32;  // H200: 132 SMs × 32 resident warps
   int ks = 1;
-  while (ks < max_ways && n * ks < kWarpsWanted && chunks / (2 * ks) >= kRowAhead / 2) ks *= 2;
+  while (ks < max_ways && row_groups * ks < kWarpsWanted && chunks / (2 * ks) >= ahead / 2) ks *= 2;
   return ks;
 }
 
-// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for one row of x: ks warps share a weight row, warp wk
-// taking chunks wk, wk + ks, …; their partial sums are added in warp order (fixed, so the bits repeat).
-// `block` is the block's index within this product (a grouped launch runs several products in one grid).
-template <RowKind KD, int kWarpsPerBlock>
+// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for one row of x: ks warps share a group of R weight
+// rows, warp wk taking chunks wk, wk + ks, …; their partial sums are added in warp order (fixed, so the bits
+// repeat). `block` is the block's index within this product (a grouped launch runs several products in one
+// grid).
+template <RowKind KD, int kWarpsPerBlock, int R>
 __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, int64_t n,
                                          const float* __restrict__ x, float* __restrict__ y, int ks,
                                          const Epilogue& e, int64_t block) {
-  constexpr int A = kRowAhead;
+  static_assert(valid_row_rows(R));
+  constexpr int A = row_ahead(R);
   constexpr bool kFp8 = KD == RowKind::Fp8;
   using Bits = std::conditional_t<kFp8, uint32_t, uint2>;  // a lane's 4 elements of a chunk
-  __shared__ float part[kWarpsPerBlock];
+  __shared__ float part[kWarpsPerBlock * R];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / ks, wk = warp % ks;
-  const int64_t r = block * (kWarpsPerBlock / ks) + group;
-  const bool active = r < n;
+  const int64_t r_first = (block * (kWarpsPerBlock / ks) + group) * R;
+  const bool active = r_first < n;
+  const int rows_here = active ? static_cast<int>(n - r_first < R ? n - r_first : R) : 0;
   const int chunks = static_cast<int>(w.cols / kRowChunk);
   constexpr int64_t kElemBytes = kFp8 ? 1 : 2;
-  const Bits* wq = reinterpret_cast<const Bits*>(static_cast<const uint8_t*>(w.data) +
-                                                 (active ? row0 + r : 0) * w.cols * kElemBytes) +
-                   lane;
-  RowScale sc{};
-  if constexpr (kFp8)
-    if (active) sc = RowScale::of(w, row0 + r);
+  // Rows past the product read row 0's address and load nothing; their sums are never stored.
+  const Bits* wq[R];
+  RowScale sc[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    const int64_t row = rr < rows_here ? row0 + r_first + rr : 0;
+    wq[rr] =
+        reinterpret_cast<const Bits*>(static_cast<const uint8_t*>(w.data) + row * w.cols * kElemBytes) + lane;
+    sc[rr] = RowScale{};
+    if constexpr (kFp8)
+      if (rr < rows_here) sc[rr] = RowScale::of(w, row);
+  }
   const int sub = lane >> 3;  // the lane's 32-element scale chunk within a 128-element chunk
-  Bits q[A];
-  uint32_t sr[A];
+  Bits q[R][A];
+  uint32_t sr[R][A];
   const auto load = [&](int j0) {
 #pragma unroll
     for (int i = 0; i < A; ++i) {
       const int j = j0 + i * ks;
-      const bool in = active && j < chunks;
-      q[i] = in ? __ldg(wq + j * 32) : Bits{};
-      if constexpr (kFp8) sr[i] = in ? sc.raw(4 * j + sub) : 0u;
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr) {
+        const bool in = rr < rows_here && j < chunks;
+        q[rr][i] = in ? __ldg(wq[rr] + j * 32) : Bits{};
+        if constexpr (kFp8) sr[rr][i] = in ? sc[rr].raw(4 * j + sub) : 0u;
+      }
     }
   };
   // The first batch is read before waiting for the previous kernel (weights never change), so that read
@@ -93,7 +117,9 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
   pdl_wait();
   pdl_launch_dependents();
   const float4* xv = reinterpret_cast<const float4*>(x) + lane;
-  float acc = 0.0f;
+  float acc[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f;
   for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
     if (j0 != wk) load(j0);
     float4 xs[A];
@@ -105,32 +131,46 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
 #pragma unroll
     for (int i = 0; i < A; ++i) {
       if (j0 + i * ks >= chunks) break;
-      float4 v;
-      if constexpr (kFp8)
-        v = e4m3x4_to_f32(q[i]);
-      else
-        v = bf16x4_to_f32(q[i]);
-      float p = __fmul_rn(v.x, xs[i].x);
-      p = fmaf(v.y, xs[i].y, p);
-      p = fmaf(v.z, xs[i].z, p);
-      p = fmaf(v.w, xs[i].w, p);
-      if constexpr (kFp8)
-        acc = fmaf(sc.value(sr[i]), p, acc);
-      else
-        acc += p;
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr) {
+        float4 v;
+        if constexpr (kFp8)
+          v = e4m3x4_to_f32(q[rr][i]);
+        else
+          v = bf16x4_to_f32(q[rr][i]);
+        float p = __fmul_rn(v.x, xs[i].x);
+        p = fmaf(v.y, xs[i].y, p);
+        p = fmaf(v.z, xs[i].z, p);
+        p = fmaf(v.w, xs[i].w, p);
+        if constexpr (kFp8)
+          acc[rr] = fmaf(sc[rr].value(sr[rr][i]), p, acc[rr]);
+        else
+          acc[rr] += p;
+      }
     }
   }
-  const float s = warp_reduce_sum(acc);
+  float s[R];
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) s[rr] = warp_reduce_sum(acc[rr]);
   if (ks == 1) {
-    if (lane == 0 && active) store_product(e, 0, y + r, s);
+    if (lane == 0)
+#pragma unroll
+      for (int rr = 0; rr < R; ++rr)
+        if (rr < rows_here) store_product(e, 0, y + r_first + rr, s[rr]);
     return;
   }
-  if (lane == 0) part[warp] = s;
+  if (lane == 0)
+#pragma unroll
+    for (int rr = 0; rr < R; ++rr) part[warp * R + rr] = s[rr];
   __syncthreads();
-  if (wk != 0 || lane != 0 || !active) return;
-  float sum = 0.0f;
-  for (int i = 0; i < ks; ++i) sum += part[group * ks + i];
-  store_product(e, 0, y + r, sum);
+  if (wk != 0 || lane != 0) return;
+#pragma unroll
+  for (int rr = 0; rr < R; ++rr) {
+    if (rr >= rows_here) break;
+    float sum = 0.0f;
+    for (int i = 0; i < ks; ++i) sum += part[(group * ks + i) * R + rr];
+    store_product(e, 0, y + r_first + rr, sum);
+  }
 }
 
 }  // namespace bloomery::cuda
