@@ -66,6 +66,7 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"gemv-bf16-row", "bf16-row"},
                                                        {"gemv-row-r2", "row-r2"},
                                                        {"gemv-row-r4", "row-r4"},
+                                                       {"gemv-split-r4", "split-r4"},
                                                        {"gemm-bf16", "bf16-act"},
                                                        {"gdn-gated", "gdn-gated"}};
 
@@ -239,7 +240,9 @@ int run_bench(int argc, char** argv) {
          "'tgN' "
          "and 'tgN+bf16-row'; 'gemv-row-r2' / 'gemv-row-r4' the one-row kernel's one weight row a warp "
          "against 2 / 4 read against one load of x (BLOOMERY_CUDA_GEMV_ROW_RPW), rows 'tgN' and 'tgN+row-r2' "
-         "/ 'tgN+row-r4'; 'gemm-bf16' prompt GEMMs with split-BF16 activations "
+         "/ 'tgN+row-r4'; 'gemv-split-r4' the split-K kernel's one weight row a warp at one row of x against "
+         "4 (BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R: NVFP4 and short products), rows 'tgN' and 'tgN+split-r4'; "
+         "'gemm-bf16' prompt GEMMs with split-BF16 activations "
          "(BLOOMERY_CUDA_GEMM=bf16x2) "
          "against plain BF16, rows 'ppN' and 'ppN+bf16-act'; 'gdn-gated' a GDN decode step's split, gates, "
          "delta rule and gated norm as separate kernels (BLOOMERY_CUDA_GDN_GATED=0) against one pass, rows "
@@ -477,7 +480,9 @@ int run_bench(int argc, char** argv) {
       else if (ab_knob == "gemv-row-r2" || ab_knob == "gemv-row-r4") {
         const int rows = ab_knob == "gemv-row-r2" ? 2 : 4;
         hooks.set_ab = [rows](bool candidate) { cuda::set_gemv_row_rows(candidate ? rows : 1); };
-      } else if (ab_knob == "gdn-gated")
+      } else if (ab_knob == "gemv-split-r4")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_split_one_row_rows(candidate ? 4 : 1); };
+      else if (ab_knob == "gdn-gated")
         hooks.set_ab = [cb](bool candidate) { cb->set_gdn_step_gated(candidate); };
       else if (ab_knob == "gemm-bf16")
         hooks.set_ab = [](bool candidate) {

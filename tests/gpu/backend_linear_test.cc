@@ -864,6 +864,55 @@ TEST_F(CudaLinear, OneRowKernelRowsPerWarpKeepTheBits) {
   gpu_->set_group_products(false);
 }
 
+// The split-K kernel at one row of x with 4 weight rows a warp (cuda::set_gemv_split_one_row_rows: NVFP4 and
+// products whose K is not a multiple of 128) gives the bits of 1 row a warp under every fixed split-K way,
+// within the CPU product's bound under the heuristic's too. Other row counts throw.
+TEST_F(CudaLinear, SplitKOneRowFourRowsAWarpKeepTheBits) {
+  SplitKLaunch launch;
+  TcSwitch tc(false);
+  struct Restore {
+    int was = cuda::gemv_split_one_row_rows();
+    ~Restore() { cuda::set_gemv_split_one_row_rows(was); }
+  } restore;
+  for (int bad : {0, 2, 3, 8}) EXPECT_THROW(cuda::set_gemv_split_one_row_rows(bad), Error) << bad;
+  struct Case {
+    FormatId f;
+    int64_t n, k;
+  };
+  for (const Case& cs :
+       {Case{FormatId::NVFP4, 642, 2560}, Case{FormatId::BF16, 1027, 320}, Case{FormatId::MXFP8, 258, 320}}) {
+    auto s = make_any(cs.f, cs.n, cs.k, rng_);
+    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    const std::string shape =
+        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    const auto x = randn(cs.k);
+    Tensor xc = cpu_->upload(x, {1, cs.k}), xg = gpu_->upload(x, {1, cs.k});
+    Tensor yc = cpu_->alloc({1, cs.n}), yg = gpu_->alloc({1, cs.n});
+    cpu_->matmul(yc, xc, wc);
+    const auto c = cpu_->download(yc);
+    const auto bound = matmul_bound(x, s->decoded, 1, 0, cs.n, cs.k, 1e-5);
+    for (int ks : {0, 1, 2, 4, 8}) {
+      launch.set(0, ks);
+      std::vector<float> one;
+      for (int rows : {1, 4}) {
+        cuda::set_gemv_split_one_row_rows(rows);
+        const std::string what = shape + " R=" + std::to_string(rows) + " " + launch_name(0, ks);
+        gpu_->fill(yg, NAN);
+        gpu_->matmul(yg, xg, wg);
+        const auto g = gpu_->download(yg);
+        size_t at = 0;
+        EXPECT_LE(worst_ratio(g, c, bound, &at), 1.0)
+            << what << ": element " << at << " gpu " << g[at] << " cpu " << c[at] << " bound " << bound[at];
+        if (rows == 1) one = g;
+        if (rows == 4 && ks != 0)
+          EXPECT_EQ(0, std::memcmp(g.data(), one.data(), g.size() * 4)) << what << ": other bits than R=1";
+        check_matmul(wc, wg, s->decoded, 1, 128, cs.n - 203, what + " rows 128+");
+      }
+    }
+  }
+}
+
 // Random stored bytes at [n, k] from a xorshift (the step's largest weights take a moment, not many
 // seconds): BF16 as fast_bf16; MXFP8 with random_e4m3's element bytes (no NaN codes, exponent field ≤ 9) and
 // block exponents 2^-7 .. 2^3 (make_stored's).

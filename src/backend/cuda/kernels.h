@@ -83,6 +83,12 @@ void set_gemv_bf16_row(bool on);
 // throws). The bits do not depend on it under the same split-K ways.
 int gemv_row_rows();
 void set_gemv_row_rows(int rows);
+// The split-K kernel's weight rows a warp at one row of x (products the one-row kernel does not take: NVFP4,
+// K not a multiple of 128): 1 (the default) or 4, each x float4 then loaded once for the four
+// (BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R=4 at start, the setter between steps for A/B measurements, any other
+// value throws). Under fixed split-K ways the bits do not depend on it.
+int gemv_split_one_row_rows();
+void set_gemv_split_one_row_rows(int rows);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

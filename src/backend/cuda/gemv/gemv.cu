@@ -465,12 +465,22 @@ struct SplitShape {
   int rows_per_warp, ks;  // ks 0: split_ways picks per product
 };
 
-// The split-K kernel's launch shape for T rows of x: one weight row per warp for one or two rows of x (more
-// warps in flight), four beyond (x traffic dominates), unless a test fixed them.
+// The split-K kernel's weight rows per warp at one row of x: 1 (more warps in flight) or 4 (each x float4
+// loaded once for four weight rows: the 2026-12-03 pipe profile found the one-row NVFP4 product bound by
+// its x traffic in L1). BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R at start, 1 unless set.
+std::atomic<int>& split_one_row_rows_slot() {
+  static std::atomic<int> v{env_is("BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R", "4") ? 4 : 1};
+  return v;
+}
+
+// The split-K kernel's launch shape for T rows of x: split_one_row_rows_slot's weight rows per warp for one
+// row of x, one for two rows (more warps in flight), four beyond (x traffic dominates), unless a test fixed
+// them.
 SplitShape split_shape(int T) {
   const int v = launch_override_slot().load(std::memory_order_relaxed);
   const int rows = v & 0xFF;
-  return {rows ? rows : (T <= 2 ? 1 : 4), v >> 8};
+  const int heuristic = T == 1 ? split_one_row_rows_slot().load(std::memory_order_relaxed) : (T <= 2 ? 1 : 4);
+  return {rows ? rows : heuristic, v >> 8};
 }
 
 // True when a product takes the one-row kernel (its kind in `kind`): switched on for the kind, one row of x,
@@ -506,6 +516,17 @@ bool gemv_bf16_row() {
 
 void set_gemv_bf16_row(bool on) {
   row_slot(RowKind::Bf16).store(on, std::memory_order_relaxed);
+}
+
+int gemv_split_one_row_rows() {
+  return split_one_row_rows_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemv_split_one_row_rows(int rows) {
+  if (rows != 1 && rows != 4)
+    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, "set_gemv_split_one_row_rows(" + std::to_string(rows) +
+                                                   "): needs 1 or 4 weight rows a warp");
+  split_one_row_rows_slot().store(rows, std::memory_order_relaxed);
 }
 
 int gemv_row_rows() {
