@@ -607,7 +607,6 @@ int run_bench(int argc, char** argv) {
                         {"instantiated", g.instantiated},
                         {"updated", g.updated},
                         {"update_failures", g.update_failures},
-                        {"last_refused_kernel", g.last_refused ? g.last_refused : ""},
                         {"eager_keys", g.eager_keys},
                         {"nodes_last_step", g.nodes},
                         {"record_ms_per_step", g.capture_s * per},
@@ -619,11 +618,10 @@ int run_bench(int argc, char** argv) {
     std::snprintf(
         timing, sizeof timing,
         "; %llu segments; per replayed step (ms of host time): record %.3f, update %.3f, instantiate "
-        "%.3f, wait for the card after the last launch %.3f; %llu nodes; %llu updates refused (last "
-        "at %s)\n",
+        "%.3f, wait for the card after the last launch %.3f; %llu nodes; %llu updates refused\n",
         static_cast<unsigned long long>(g.segments), g.capture_s * per, g.update_s * per,
         g.instantiate_s * per, g.wait_s * per, static_cast<unsigned long long>(g.nodes),
-        static_cast<unsigned long long>(g.update_failures), g.last_refused ? g.last_refused : "-");
+        static_cast<unsigned long long>(g.update_failures));
     graphs_line = "CUDA graphs (BLOOMERY_CUDA_GRAPHS): " + std::to_string(g.steps) + " decode steps, " +
                   std::to_string(g.captured) + " captured and replayed (" + std::to_string(g.instantiated) +
                   " instantiations, " + std::to_string(g.updated) + " updates), " +

@@ -90,6 +90,27 @@ void CudaBackend::abort_step() noexcept {
   graphs_.abort(stream_);
 }
 
+// The device tie counter of one op call: the step's counter inside a capture, else a zeroed scratch int.
+int* CudaBackend::tie_counter(std::shared_ptr<void>& hold, const char* op) {
+  if (graphs_.capturing()) {
+    graph_ties_used_ = true;
+    return graph_ties_;
+  }
+  hold = pool_.get(sizeof(int), std::string(op) + " tie counter");
+  int* d = static_cast<int*>(hold.get());
+  BLOOMERY_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(int), stream_), std::string(op) + " tie counter");
+  return d;
+}
+
+int64_t CudaBackend::read_ties(const int* d, const char* op) {
+  if (graphs_.capturing()) return 0;  // reported after the step
+  int host = 0;
+  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(&host, d, sizeof(int), cudaMemcpyDeviceToHost, stream_),
+                      std::string(op) + " tie count");
+  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), std::string(op) + " tie count");
+  return host;
+}
+
 void CudaBackend::report_graph_ties() {
   if (!graph_ties_used_) return;
   graph_ties_used_ = false;

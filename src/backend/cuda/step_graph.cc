@@ -186,13 +186,8 @@ cudaGraphExec_t StepGraphs::apply(cudaGraph_t graph) {
       ++stats_.updated;
     } else {  // the same node count, another topology: build a new executable
       (void)cudaGetLastError();
+      // A topology change: the refusal names no node, so there is no kernel to report.
       ++stats_.update_failures;
-      cudaKernelNodeParams kp{};
-      const char* name = nullptr;
-      if (info.errorNode && cudaGraphKernelNodeGetParams(info.errorNode, &kp) == cudaSuccess &&
-          cudaFuncGetName(&name, kp.func) == cudaSuccess)
-        stats_.last_refused = name;
-      (void)cudaGetLastError();
       cudaGraphExecDestroy(v->exec);
       v->exec = nullptr;
     }

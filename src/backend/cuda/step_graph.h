@@ -69,7 +69,6 @@ struct StepGraphStats {
   // until the card finished the step.
   double capture_s = 0, update_s = 0, instantiate_s = 0, wait_s = 0;
   uint64_t update_failures = 0;  // updates refused (a topology change), each followed by an instantiation
-  const char* last_refused = nullptr;  // the kernel cudaGraphExecUpdate named in its last refusal
 };
 
 class StepGraphs {

@@ -1,8 +1,7 @@
 // CudaBackend glm5_next family ops (mHC, KDA, DSA indexer, NoPE MLA over the latent cache, sigmoid router):
 // shape checks, scratch and the launches of the kernels in glm_{mhc,kda,dsa,mla,router}.cu (declared in
-// glm_kernels.h). The DSA top-k reuses qwen4_exp's stable select (qwen4_kernels.h). Tie counts are read back
-// at once in eager mode; inside a captured step they accumulate in the backend's step counter
-// (report_graph_ties), as qsa_index_select does.
+// glm_kernels.h). The DSA top-k reuses qwen4_exp's stable select (qwen4_kernels.h). Tie counts go through
+// tie_counter / read_ties (cuda_backend.cc), as qsa_index_select's do.
 #include <algorithm>
 #include <cmath>
 #include <string>
@@ -26,27 +25,6 @@ std::string num(int64_t v) {
 }
 
 }  // namespace
-
-// The device tie counter of one op call: the step's counter inside a capture, else a zeroed scratch int.
-int* CudaBackend::tie_counter(std::shared_ptr<void>& hold, const char* op) {
-  if (graphs_.capturing()) {
-    graph_ties_used_ = true;
-    return graph_ties_;
-  }
-  hold = pool_.get(sizeof(int), std::string(op) + " tie counter");
-  int* d = static_cast<int*>(hold.get());
-  BLOOMERY_CUDA_CHECK(cudaMemsetAsync(d, 0, sizeof(int), stream_), std::string(op) + " tie counter");
-  return d;
-}
-
-int64_t CudaBackend::read_ties(const int* d, const char* op) {
-  if (graphs_.capturing()) return 0;  // reported after the step
-  int host = 0;
-  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(&host, d, sizeof(int), cudaMemcpyDeviceToHost, stream_),
-                      std::string(op) + " tie count");
-  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), std::string(op) + " tie count");
-  return host;
-}
 
 // ---- mHC
 // ---------------------------------------------------------------------------------------------------

@@ -148,11 +148,8 @@ int64_t CudaBackend::qsa_index_select(Tensor& allowed, const Tensor& qi, const T
   auto scores = pool_.get(static_cast<size_t>(std::max<int64_t>(tc * nb_max, 1)) * sizeof(float),
                           "qsa_index_select scores " + dims({tc, nb_max}));
   // In a captured step the count accumulates in the backend's counter and is read after the step.
-  const bool deferred = graphs_.capturing();
-  auto ties = pool_.get(sizeof(int), "qsa_index_select tie counter");
-  int* dties = deferred ? graph_ties_ : static_cast<int*>(ties.get());
-  if (!deferred)
-    BLOOMERY_CUDA_CHECK(cudaMemsetAsync(dties, 0, sizeof(int), stream_), "qsa_index_select tie counter");
+  std::shared_ptr<void> hold;
+  int* dties = tie_counter(hold, "qsa_index_select");
   float* sc = static_cast<float*>(scores.get());
   for (int64_t t0 = 0; t0 < T; t0 += tc) {  // one launch pair per chunk of queries, never per query
     const int64_t n = std::min(tc, T - t0);
@@ -161,16 +158,7 @@ int64_t CudaBackend::qsa_index_select(Tensor& allowed, const Tensor& qi, const T
     cuda::qsa_select_blocks(allowed.f32() + t0 * S, S, sc, nb_max, n, q0 + t0, static_cast<int>(c),
                             spec.block_topk, dties, stream_);
   }
-  if (deferred) {
-    graph_ties_used_ = true;
-    return 0;
-  }
-  // Eager: the tie count is read back at once (a device→host copy that waits for the stream).
-  int host_ties = 0;
-  BLOOMERY_CUDA_CHECK(cudaMemcpyAsync(&host_ties, dties, sizeof(int), cudaMemcpyDeviceToHost, stream_),
-                      "qsa_index_select tie count");
-  BLOOMERY_CUDA_CHECK(cudaStreamSynchronize(stream_), "qsa_index_select tie count");
-  return host_ties;
+  return read_ties(dties, "qsa_index_select");  // eager: a device→host copy that waits for the stream
 }
 
 }  // namespace bloomery::cuda
