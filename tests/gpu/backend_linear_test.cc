@@ -14,8 +14,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <numeric>
+#include <span>
 
 #include "backend/cuda/gemv/gemv_tc.h"
 #include "backend_util.h"
@@ -57,6 +59,14 @@ class CudaLinear : public BackendPair {
     }
     return ws;
   }
+  // A weight of a rows-per-warp test: format, rows, columns.
+  struct RowCase {
+    FormatId f;
+    int64_t n, k;
+  };
+  // Defined with the rows-per-warp tests below.
+  void expect_rows_per_warp_keep_bits(const std::vector<RowCase>& cases, std::span<const int> rows,
+                                      const std::function<void(int)>& set_rows);
   // matmul_rows on both backends over rows [row0, row0 + n) with T rows of x; checks the bound.
   void check_matmul(const Weight& wc, const Weight& wg, const std::vector<float>& decoded, int64_t T,
                     int64_t row0, int64_t n, const std::string& what) {
@@ -776,6 +786,46 @@ TEST_F(CudaLinear, GemvLaunchOverrideMatchesReference) {
   gpu_->set_group_products(false);
 }
 
+// For each (format, n, k): one row of x against the weight under every split-K way, once for each of `rows`
+// set through set_rows: within the CPU product's bound (also for a block of rows from 128), and with the bits
+// of rows[0] under every fixed split (a warp's weight rows move rows between warps, not terms within a row).
+void CudaLinear::expect_rows_per_warp_keep_bits(const std::vector<RowCase>& cases, std::span<const int> rows,
+                                                const std::function<void(int)>& set_rows) {
+  for (const RowCase& cs : cases) {
+    auto s = make_any(cs.f, cs.n, cs.k, rng_);
+    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    const std::string shape =
+        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    const auto x = randn(cs.k);
+    Tensor xc = cpu_->upload(x, {1, cs.k}), xg = gpu_->upload(x, {1, cs.k});
+    Tensor yc = cpu_->alloc({1, cs.n}), yg = gpu_->alloc({1, cs.n});
+    cpu_->matmul(yc, xc, wc);
+    const auto c = cpu_->download(yc);
+    const auto bound = matmul_bound(x, s->decoded, 1, 0, cs.n, cs.k, 1e-5);
+    for (int ks : {0, 1, 2, 4, 8}) {
+      cuda::set_gemv_launch_override(0, ks);
+      std::vector<float> first;
+      for (int r : rows) {
+        set_rows(r);
+        const std::string what = shape + " R=" + std::to_string(r) + " " + launch_name(0, ks);
+        gpu_->fill(yg, NAN);
+        gpu_->matmul(yg, xg, wg);
+        const auto g = gpu_->download(yg);
+        size_t at = 0;
+        EXPECT_LE(worst_ratio(g, c, bound, &at), 1.0)
+            << what << ": element " << at << " gpu " << g[at] << " cpu " << c[at] << " bound " << bound[at];
+        if (r == rows[0])
+          first = g;
+        else if (ks != 0)
+          EXPECT_EQ(0, std::memcmp(g.data(), first.data(), g.size() * 4))
+              << what << ": other bits than R=" << rows[0];
+        if (cs.n > 203 + 128) check_matmul(wc, wg, s->decoded, 1, 128, cs.n - 203, what + " rows 128+");
+      }
+    }
+  }
+}
+
 // The one-row kernel with 2 or 4 weight rows a warp (cuda::set_gemv_row_rows: one load of x for all of them)
 // gives R = 1's bits under every fixed split-K way, for whole weights with partial row groups (n % 4 ≠ 0), a
 // block of rows and a grouped launch mixing both kinds with epilogues, and stays within the CPU product's
@@ -789,44 +839,12 @@ TEST_F(CudaLinear, OneRowKernelRowsPerWarpKeepTheBits) {
   } restore;
   ASSERT_TRUE(cuda::gemv_fp8_row() && cuda::gemv_bf16_row()) << "the one-row kernel is switched off";
   for (int bad : {0, 3, 8, -1}) EXPECT_THROW(cuda::set_gemv_row_rows(bad), Error) << bad;
-  struct Case {
-    FormatId f;
-    int64_t n, k;
-  };
-  const int kSplits[] = {0, 1, 2, 4, 8};
-  for (const Case& cs : {Case{FormatId::BF16, 330, 2560}, Case{FormatId::MXFP8, 257, 1024},
-                         Case{FormatId::FP8_BLOCK, 301, 2560}, Case{FormatId::MXFP8, 3, 128}}) {
-    auto s = make_any(cs.f, cs.n, cs.k, rng_);
-    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
-    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
-    const std::string shape =
-        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
-    const auto x = randn(cs.k);
-    Tensor xc = cpu_->upload(x, {1, cs.k}), xg = gpu_->upload(x, {1, cs.k});
-    Tensor yc = cpu_->alloc({1, cs.n}), yg = gpu_->alloc({1, cs.n});
-    cpu_->matmul(yc, xc, wc);
-    const auto c = cpu_->download(yc);
-    const auto bound = matmul_bound(x, s->decoded, 1, 0, cs.n, cs.k, 1e-5);
-    for (int ks : kSplits) {
-      launch.set(0, ks);
-      std::vector<float> one_row;
-      for (int rows : {1, 2, 4}) {
-        cuda::set_gemv_row_rows(rows);
-        const std::string what = shape + " R=" + std::to_string(rows) + " " + launch_name(0, ks);
-        gpu_->fill(yg, NAN);
-        gpu_->matmul(yg, xg, wg);
-        const auto g = gpu_->download(yg);
-        size_t at = 0;
-        EXPECT_LE(worst_ratio(g, c, bound, &at), 1.0)
-            << what << ": element " << at << " gpu " << g[at] << " cpu " << c[at] << " bound " << bound[at];
-        if (rows == 1) one_row = g;
-        if (rows != 1 && ks != 0)
-          EXPECT_EQ(0, std::memcmp(g.data(), one_row.data(), g.size() * 4))
-              << what << ": other bits than R=1";
-        if (cs.n > 203 + 128) check_matmul(wc, wg, s->decoded, 1, 128, cs.n - 203, what + " rows 128+");
-      }
-    }
-  }
+  const int kRows[] = {1, 2, 4};
+  expect_rows_per_warp_keep_bits({{FormatId::BF16, 330, 2560},
+                                  {FormatId::MXFP8, 257, 1024},
+                                  {FormatId::FP8_BLOCK, 301, 2560},
+                                  {FormatId::MXFP8, 3, 128}},
+                                 kRows, [](int r) { cuda::set_gemv_row_rows(r); });
   const int64_t k = 2560;
   const std::vector<GroupPart> spec = {{FormatId::BF16, 330, {}},
                                        {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
@@ -875,42 +893,10 @@ TEST_F(CudaLinear, SplitKOneRowFourRowsAWarpKeepTheBits) {
     ~Restore() { cuda::set_gemv_split_one_row_rows(was); }
   } restore;
   for (int bad : {0, 2, 3, 8}) EXPECT_THROW(cuda::set_gemv_split_one_row_rows(bad), Error) << bad;
-  struct Case {
-    FormatId f;
-    int64_t n, k;
-  };
-  for (const Case& cs :
-       {Case{FormatId::NVFP4, 642, 2560}, Case{FormatId::BF16, 1027, 320}, Case{FormatId::MXFP8, 258, 320}}) {
-    auto s = make_any(cs.f, cs.n, cs.k, rng_);
-    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
-    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
-    const std::string shape =
-        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
-    const auto x = randn(cs.k);
-    Tensor xc = cpu_->upload(x, {1, cs.k}), xg = gpu_->upload(x, {1, cs.k});
-    Tensor yc = cpu_->alloc({1, cs.n}), yg = gpu_->alloc({1, cs.n});
-    cpu_->matmul(yc, xc, wc);
-    const auto c = cpu_->download(yc);
-    const auto bound = matmul_bound(x, s->decoded, 1, 0, cs.n, cs.k, 1e-5);
-    for (int ks : {0, 1, 2, 4, 8}) {
-      launch.set(0, ks);
-      std::vector<float> one;
-      for (int rows : {1, 4}) {
-        cuda::set_gemv_split_one_row_rows(rows);
-        const std::string what = shape + " R=" + std::to_string(rows) + " " + launch_name(0, ks);
-        gpu_->fill(yg, NAN);
-        gpu_->matmul(yg, xg, wg);
-        const auto g = gpu_->download(yg);
-        size_t at = 0;
-        EXPECT_LE(worst_ratio(g, c, bound, &at), 1.0)
-            << what << ": element " << at << " gpu " << g[at] << " cpu " << c[at] << " bound " << bound[at];
-        if (rows == 1) one = g;
-        if (rows == 4 && ks != 0)
-          EXPECT_EQ(0, std::memcmp(g.data(), one.data(), g.size() * 4)) << what << ": other bits than R=1";
-        check_matmul(wc, wg, s->decoded, 1, 128, cs.n - 203, what + " rows 128+");
-      }
-    }
-  }
+  const int kRows[] = {1, 4};
+  expect_rows_per_warp_keep_bits(
+      {{FormatId::NVFP4, 642, 2560}, {FormatId::BF16, 1027, 320}, {FormatId::MXFP8, 258, 320}}, kRows,
+      [](int r) { cuda::set_gemv_split_one_row_rows(r); });
 }
 
 // Random stored bytes at [n, k] from a xorshift (the step's largest weights take a moment, not many
