@@ -97,41 +97,39 @@ bool engine_draw_suffices(const SamplingParams& p) {
 }
 
 void ModelStepEngine::pick(std::span<StepItem* const> items, std::span<const ForwardResult> results) {
-  // Every argmax in one call: each row of a greedy verify and the last row of a greedy decode, in item order.
+  // Every argmax in one call and every draw in one call: each row of a verify and the last row of a decode,
+  // in item order (a verify's row j drawn at its draw's step + j).
   std::vector<Tensor> argmax_rows, draw_rows;
-  std::vector<StepItem*> argmax_of;  // the item each argmax row is for
+  std::vector<StepItem*> argmax_of, drawn;  // the item each row is for
   std::vector<Backend::RowDraw> draws;
-  std::vector<StepItem*> drawn;
   for (size_t i = 0; i < items.size(); ++i) {
     StepItem& it = *items[i];
     if (!it.engine_picks()) continue;
     const Tensor& l = results[i].logits;
-    if (it.argmax_only) {
-      const int64_t first = it.speculative ? 0 : l.rows() - 1;
-      for (int64_t j = first; j < l.rows(); ++j) {
+    const int64_t first = it.speculative ? 0 : l.rows() - 1;
+    for (int64_t j = first; j < l.rows(); ++j) {
+      if (it.argmax_only) {
         argmax_rows.push_back(l.slice(j, 1));
         argmax_of.push_back(&it);
+      } else {
+        draw_rows.push_back(l.slice(j, 1));
+        draws.push_back(*it.draw);
+        draws.back().step += static_cast<uint64_t>(j - first);
+        drawn.push_back(&it);
       }
-    } else {
-      draw_rows.push_back(l);
-      draws.push_back(*it.draw);
-      drawn.push_back(&it);
     }
   }
-  if (!argmax_rows.empty()) {
-    const std::vector<int32_t> ids = backend_.argmax_last_rows(argmax_rows);
+  const auto take = [](std::span<StepItem* const> of, const std::vector<int32_t>& ids) {
     for (size_t i = 0; i < ids.size(); ++i) {
-      StepItem& it = *argmax_of[i];
+      StepItem& it = *of[i];
       if (it.speculative)
-        it.verify_argmax.push_back(ids[i]);
+        it.verify_picks.push_back(ids[i]);
       else
         it.argmax = ids[i];
     }
-  }
-  if (!draw_rows.empty()) {
-    const std::vector<int32_t> ids = backend_.draw_last_rows(draw_rows, draws);
-    for (size_t i = 0; i < drawn.size(); ++i) drawn[i]->argmax = ids[i];
-  }
+  };
+  if (!argmax_rows.empty()) take(argmax_of, backend_.argmax_last_rows(argmax_rows));
+  if (!draw_rows.empty()) take(drawn, backend_.draw_last_rows(draw_rows, draws));
 }
 
 void ModelStepEngine::enable_drafting(DraftOptions options) {
@@ -552,7 +550,7 @@ void Scheduler::step() {
     it.speculative = !drafts.empty();
     it.argmax_only = !s->req.constrain && argmax_suffices(s->req.sampling);
     const SamplingParams& sp = s->req.sampling;
-    if (!drafts_configured() && !s->req.constrain && engine_.draws_rows() && engine_draw_suffices(sp))
+    if (!s->req.constrain && engine_.draws_rows() && engine_draw_suffices(sp))
       it.draw =
           Backend::RowDraw{static_cast<float>(sp.temperature), sp.top_k, static_cast<float>(sp.top_p),
                            static_cast<float>(sp.min_p),       sp.seed,  static_cast<uint64_t>(s->n_decoded)};
@@ -712,8 +710,10 @@ int Scheduler::adaptive_width(Slot& s) const {
 // Lossless for greedy and sampled requests alike: the drafts are deterministic (q one-hot), and "draw x ~ p,
 // accept iff x = d, else emit x" accepts d with probability p(d) and, on a reject, emits from p with d
 // removed and renormalised: the speculative-sampling rule min(1, p/q) with its residual for a one-hot q.
-// Each emitted token takes one draw from the slot's generator, as without drafting, so a seeded request
-// gives the same tokens with drafting on or off wherever the verify rows' logits equal the decode's.
+// Each emitted token takes one draw, as without drafting: from the slot's host generator, or the engine's
+// draw keyed by the request's seed and the token's index (a verify's row j at the round's first index + j),
+// so a seeded request gives the same tokens with drafting on or off wherever the verify rows' logits equal
+// the decode's, however drafting pauses and resumes.
 void Scheduler::take_tokens(Slot& s, StepItem& it) {
   const SamplingParams& sp = s.req.sampling;
   const int64_t V = engine_.vocab_size();
@@ -750,8 +750,8 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
       row = masked;
     }
     SampledToken tok;
-    if (it.speculative && !it.verify_argmax.empty())  // the engine's argmax of the row: the greedy draw
-      tok.id = it.verify_argmax.at(static_cast<size_t>(j));
+    if (it.speculative && !it.verify_picks.empty())  // the engine's pick of the row: its argmax or draw
+      tok.id = it.verify_picks.at(static_cast<size_t>(j));
     else if (it.logits.empty() && it.argmax >= 0)  // the engine's pick: what the sampler would draw here
       tok.id = it.argmax;
     else

@@ -31,18 +31,20 @@ struct StepItem {
   bool speculative = false;  // an MTP verify ([pending, drafts…]): logits of every row, commit() follows
   bool argmax_only =
       false;  // a greedy decode or verify (argmax_suffices): the engine may return the argmax alone
-  // A sampled decode the engine draws itself (engine_draw_suffices, StepEngine::draws_rows): its cuts, seed
-  // and step. The engine returns the drawn id in `argmax` instead of the row.
+  // A sampled decode or verify the engine draws itself (engine_draw_suffices, StepEngine::draws_rows): its
+  // cuts, seed and step (the index of the token the first row gives; a verify's row j is drawn at step + j,
+  // so a token's draw does not depend on whether it was drafted). The engine returns the drawn ids instead of
+  // the rows.
   std::optional<Backend::RowDraw> draw;
   std::vector<float>
       logits;           // out: [vocab] when want_logits ([rows · vocab] when speculative), or empty with
   int32_t argmax = -1;  //      argmax_only or draw, when the engine gave the last row's pick instead
   std::vector<int32_t>
-      verify_argmax;  // out: a greedy verify's (argmax_only and speculative) argmax of each row
+      verify_picks;   // out: a verify's engine pick of each row (argmax_only: its argmax; draw: its draw)
   std::string error;  // out: non-empty when this sequence's forward failed (the others go on)
-  // The engine picks this item's tokens (argmax of its last row, of every verify row, or a draw) and returns
-  // no row. A draw is never asked of a verify.
-  bool engine_picks() const { return want_logits && (argmax_only || (draw && !speculative)); }
+  // The engine picks this item's tokens (argmax or draw of its last row, or of every verify row) and returns
+  // no row.
+  bool engine_picks() const { return want_logits && (argmax_only || draw.has_value()); }
 };
 
 // What the scheduler needs from the engine. One call per scheduler step with every active sequence.
@@ -332,10 +334,7 @@ class Scheduler {
   void drop_state(Slot& s);
   void resume_or_drop(Slot& s, Reuse reuse);
   int draft_width(Slot& s) const;
-  // Whether slots draft at all (config and engine): then every sampled token of a request comes from its
-  // host generator, also in rounds without drafts, so a seeded request's text does not depend on when its
-  // drafting pauses (adaptive width, the end of n_predict); the engine's draws (another generator, keyed by
-  // seed and step) serve schedulers that never draft.
+  // Whether slots draft at all (config and engine).
   bool drafts_configured() const;
   int adaptive_width(Slot& s) const;
   void take_tokens(Slot& s, StepItem& it);

@@ -1,7 +1,9 @@
 // ModelStepEngine over a backend that draws rows where the logits live (as the card does): a sampled decode's
 // token is the backend's draw, made in one call per step for every such row with each request's seed and step
 // index, and a drawn row is never brought back to the host; a greedy request still takes argmax_last_rows.
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -172,6 +174,82 @@ TEST(EngineDraw, GreedyDraftsAndVerifyRowsArePickedWhereTheLogitsLive) {
   EXPECT_EQ(greedy_run(true, drafted), want);
   EXPECT_EQ(drafted.downloads, 1) << "only the prompt's last row came back";
   EXPECT_GT(drafted.argmax_calls, 0);
+}
+
+// A sampled request with MTP drafting on a backend that draws where the logits live: every verify row is
+// drawn there at the index of the token it would give (row j of a round at its first index + j), so the
+// tokens are those of the run without drafting, drafts forced right are accepted and forced wrong rejected,
+// and no row of logits comes back but the prompt's last.
+TEST(EngineDraw, SampledDraftsAndVerifyRowsAreDrawnWhereTheLogitsLive) {
+  if (!fs::exists(kModel)) GTEST_SKIP() << "no fixture " << kModel;
+  const std::vector<int32_t> prompt = {3, 17, 42, 99, 7};
+  const int64_t P = static_cast<int64_t>(prompt.size()), n_predict = 24;
+  struct Out {
+    std::vector<int32_t> tokens;
+    DraftCounts drafts;
+  };
+  auto sampled_run = [&](Drawing& be, std::function<int32_t(int64_t, int, int32_t)> hook) {
+    auto lm = load_model(kModel, be);
+    ModelStepEngine engine(*lm->model, be);
+    SchedulerConfig cfg{1, 64, 16, 8};
+    if (hook) {
+      DraftOptions d;
+      d.n_max = 3;
+      d.hook = std::move(hook);
+      engine.enable_drafting(d);
+      cfg.spec.n_max = 3;
+      cfg.spec.adaptive = false;  // a verify every step
+    }
+    SampleFn host = [](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
+                       std::mt19937_64&) {
+      SampledToken t;
+      t.id = argmax(logits);
+      return t;
+    };
+    Scheduler sched(engine, cfg, host);
+    Out out;
+    std::promise<FinishInfo> done;
+    GenRequest r;
+    r.prompt = prompt;
+    r.n_predict = n_predict;
+    r.ignore_eos = true;
+    r.sampling.temperature = 0.8;
+    r.sampling.seed = 7;
+    r.on_token = [&out](const SampledToken& t) {
+      out.tokens.push_back(t.id);
+      return true;
+    };
+    r.on_finish = [&done](const FinishInfo& f) { done.set_value(f); };
+    be.downloads = 0;
+    sched.submit(std::move(r));
+    EXPECT_EQ(done.get_future().get().n_predicted, n_predict);
+    out.drafts = sched.stats().drafts;
+    return out;
+  };
+  Drawing plain, drafted;
+  const Out want = sampled_run(plain, nullptr);
+  ASSERT_EQ(static_cast<int64_t>(want.tokens.size()), n_predict);
+  const Out got = sampled_run(drafted, [&](int64_t pos, int j, int32_t d) -> int32_t {
+    const int64_t i = pos - P;
+    if (i < 0 || i >= n_predict) return d;
+    if ((i + j) % 3 == 2) return want.tokens[i] == 0 ? 1 : want.tokens[i] - 1;  // forced reject
+    return want.tokens[i];                                                      // forced accept
+  });
+  EXPECT_EQ(got.tokens, want.tokens);
+  uint64_t accepted = 0;
+  for (uint64_t a : got.drafts.accepted) accepted += a;
+  EXPECT_GT(accepted, 0u);
+  EXPECT_LT(accepted, got.drafts.drafted_total()) << "some drafts were forced wrong";
+  EXPECT_EQ(drafted.downloads, 1) << "only the prompt's last row came back";
+  // Every token after the first (the prompt row's, drawn by the host) was drawn at its own index; the rows
+  // after a rejection were drawn too and are drawn again in the next round at the same indices.
+  std::vector<uint64_t> steps = drafted.steps.at(7);
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps.front(), 1u);
+  EXPECT_GE(steps.back(), static_cast<uint64_t>(n_predict - 1));
+  EXPECT_EQ(steps.size(), steps.back()) << "no index skipped";
 }
 
 }  // namespace

@@ -292,7 +292,7 @@ std::vector<std::function<void(SamplingParams&)>> needs_the_row() {
 // A sampled decode with nothing that needs its row (engine_draw_suffices) is drawn by an engine that draws
 // rows (on the card only the id comes back): its cuts, the request's seed and the step's index go with it,
 // and the engine's id is the token. Penalties, a bias, reported probabilities, a grammar or greedy keep the
-// host's way; an engine that does not draw, or a scheduler that drafts, gets rows as before.
+// host's way; an engine that does not draw gets rows as before.
 TEST(Scheduler, SampledDecodesAreDrawnByAnEngineThatDrawsRows) {
   struct DrawEngine : ScriptEngine {
     bool draws = true;
@@ -374,8 +374,8 @@ TEST(Scheduler, SampledDecodesAreDrawnByAnEngineThatDrawsRows) {
   Scheduler s(off, {1, 64, 16, 8}, server::sample_token);
   EXPECT_EQ(submit(s, p, nullptr), (std::vector<int32_t>{6, 7, 8, 9}));
   EXPECT_TRUE(off.got.empty());
-  // A scheduler that drafts keeps every sampled token on the host generator, also in rounds without drafts
-  // (here the engine proposes none): a seeded request's text must not depend on when drafting pauses.
+  // A scheduler that drafts takes the engine's draws too, in rounds without drafts (here the engine proposes
+  // none) at the same steps: a token's draw is keyed by its index, whether or not it was drafted.
   struct DraftingDrawEngine : DrawEngine {
     bool drafting() const override { return true; }
   };
@@ -383,8 +383,9 @@ TEST(Scheduler, SampledDecodesAreDrawnByAnEngineThatDrawsRows) {
   SchedulerConfig cfg{1, 64, 16, 8};
   cfg.spec.n_max = 3;
   Scheduler sd(drafting, cfg, server::sample_token);
-  EXPECT_EQ(submit(sd, p, nullptr), (std::vector<int32_t>{6, 7, 8, 9}));
-  EXPECT_TRUE(drafting.got.empty());
+  EXPECT_EQ(submit(sd, p, nullptr), (std::vector<int32_t>{6, 41, 42, 43}));
+  ASSERT_EQ(drafting.got.size(), 3u);
+  for (size_t i = 0; i < drafting.got.size(); ++i) EXPECT_EQ(drafting.got[i].step, i + 1);
 }
 
 // A greedy decode with nothing that needs its row (argmax_suffices) asks the engine for the argmax alone; the
