@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <future>
 
 #include "core/error.h"
@@ -87,6 +88,11 @@ bool greedy(const SamplingParams& p) {
 }
 
 }  // namespace
+
+bool measured_cost_default() {
+  const char* v = std::getenv("BLOOMERY_SPEC_MEASURED_COST");
+  return v && std::string(v) == "1";
+}
 
 bool argmax_suffices(const SamplingParams& p) {
   return greedy(p) && token_alone(p);
@@ -259,7 +265,7 @@ struct Scheduler::Slot {
 };
 
 Scheduler::Scheduler(StepEngine& engine, SchedulerConfig config, SampleFn sample)
-    : engine_(engine), config_(config), sample_(std::move(sample)) {
+    : engine_(engine), config_(config), sample_(std::move(sample)), draft_cost_(config.spec.draft_cost) {
   for (int i = 0; i < config_.n_slots; ++i) {
     auto s = std::make_unique<Slot>();
     s->id = i;
@@ -516,14 +522,21 @@ void Scheduler::step() {
   // round-robin so several long prompts share the prompt budget.
   std::vector<StepItem> items;
   std::vector<Slot*> owners;
-  int64_t prompt_tokens = 0, decode_tokens = 0;
+  int64_t prompt_tokens = 0, decode_tokens = 0, decode_items = 0;
   // The drafting slots propose their drafts now, all in one batch (the draft layer's weights read once a
   // draft step for all of them), and verify them with their pending tokens in this pass.
   std::vector<DraftJob> jobs;
   std::vector<Slot*> drafting;
+  // With a measured draft cost, a step of a batch size whose plain time is not known (or old) drafts nowhere.
+  int decoding = 0;
+  for (auto& s : slots_) decoding += s->busy && !s->prompting();
+  const bool measure = drafts_configured() && config_.spec.adaptive && config_.spec.measured_cost;
+  const bool plain_now = measure && decoding > 0 && draft_cost_.wants_plain(decoding);
+  const double row_cost = measure ? draft_cost_.row_cost(decoding) : config_.spec.draft_cost;
+  const auto t_step = Clock::now();
   for (auto& s : slots_)
-    if (s->busy && !s->prompting())
-      if (const int k = draft_width(*s); k > 0) {
+    if (s->busy && !s->prompting() && !plain_now)
+      if (const int k = draft_width(*s, row_cost); k > 0) {
         jobs.push_back({s->state.get(), s->last, k, {}});
         drafting.push_back(s.get());
       }
@@ -557,6 +570,7 @@ void Scheduler::step() {
     items.push_back(std::move(it));
     owners.push_back(s.get());
     decode_tokens += static_cast<int64_t>(s->feed.size());
+    ++decode_items;
   }
   int64_t budget = config_.n_batch;
   size_t n = slots_.size();
@@ -650,6 +664,10 @@ void Scheduler::step() {
     }
     take_tokens(s, it);
   }
+  // A decode-only step's time, from its first draft pass to its last token, prices the next steps' drafts.
+  if (measure && prompt_tokens == 0 && decode_items > 0 && decode_items == decoding)
+    draft_cost_.record(decoding, decode_tokens - decode_items,
+                       std::chrono::duration<double>(Clock::now() - t_step).count());
 
   // Readahead: a prompt still being read names its next chunk now (the state has moved past this one), so
   // what that chunk reads is fetched while the scheduler samples and the next pass starts.
@@ -671,10 +689,10 @@ bool Scheduler::drafts_configured() const {
   return config_.spec.n_max > 0 && engine_.drafting();
 }
 
-int Scheduler::draft_width(Slot& s) const {
+int Scheduler::draft_width(Slot& s, double row_cost) const {
   if (!drafts_configured()) return 0;
   int64_t k = std::min(config_.spec.n_max, kMaxDrafts);
-  if (config_.spec.adaptive) k = std::min<int64_t>(k, adaptive_width(s));
+  if (config_.spec.adaptive) k = std::min<int64_t>(k, adaptive_width(s, row_cost));
   k = std::min(k, s.state->capacity - s.state->pos - 1);
   if (s.req.n_predict >= 0) k = std::min(k, s.req.n_predict - s.n_decoded - 1);
   return static_cast<int>(std::max<int64_t>(k, 0));
@@ -682,13 +700,13 @@ int Scheduler::draft_width(Slot& s) const {
 
 // The width that pays best for the slot's measured acceptance (SpecConfig::adaptive); 1 as a probe every
 // probe_every steps while it is 0.
-int Scheduler::adaptive_width(Slot& s) const {
+int Scheduler::adaptive_width(Slot& s, double row_cost) const {
   const double p = std::clamp(s.accept_avg, 0.0, 0.999);
   int best = 0;
   double best_rate = 1.0;  // width 0: one token per plain step
   for (int k = 1; k <= std::min(config_.spec.n_max, kMaxDrafts); ++k) {
     const double tokens = (1.0 - std::pow(p, k + 1)) / (1.0 - p);
-    const double rate = tokens / (1.0 + config_.spec.draft_cost * k);
+    const double rate = tokens / (1.0 + row_cost * k);
     if (rate > best_rate * 1.0001) best = k, best_rate = rate;
   }
   if (best > 0) {

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "runtime/draft_cost.h"
 #include "runtime/spec_draft.h"
 
 namespace bloomery {
@@ -214,6 +215,9 @@ class Ticket {
   std::atomic<bool> cancelled_{false};
 };
 
+// BLOOMERY_SPEC_MEASURED_COST=1 (SpecConfig::measured_cost).
+bool measured_cost_default();
+
 // Speculative decoding in the scheduler (the engine drafts: StepEngine::draft).
 struct SpecConfig {
   int n_max = 0;       // most drafts per round; 0: off
@@ -222,10 +226,15 @@ struct SpecConfig {
   bool ngram = false;  // for the engine: n-gram lookup drafts (--spec-type ngram-simple) instead of MTP
   // Adaptive width per slot: from the slot's measured acceptance p (a moving average per draft), the width k
   // in 0 … n_max that maximises the expected tokens per verify, (1 − p^(k+1)) / (1 − p), over its cost,
-  // 1 + draft_cost · k (in plain decode steps); at width 0 a one-draft probe every probe_every steps keeps
-  // measuring. Off: always n_max.
+  // 1 + c · k (in plain decode steps of the step's batch); at width 0 a one-draft probe every probe_every
+  // steps keeps measuring. Off: always n_max. c, a drafted row's cost, is draft_cost; with measured_cost it
+  // is measured per batch size (runtime/draft_cost.h: a few plain steps of each size are timed, and one every
+  // 32 steps after) and draft_cost until then. measured_cost is off unless BLOOMERY_SPEC_MEASURED_COST=1
+  // (docs/performance.md: on the CPU it cut the drafts where they lose but not the time, since a paused slot
+  // still runs its draft layer over every token; not yet measured on the card at many slots).
   bool adaptive = true;
   float draft_cost = 0.25f;
+  bool measured_cost = measured_cost_default();
   int probe_every = 16;
 };
 
@@ -333,10 +342,11 @@ class Scheduler {
   static Reuse reusable_prefix(const Slot& s, const GenRequest& r);
   void drop_state(Slot& s);
   void resume_or_drop(Slot& s, Reuse reuse);
-  int draft_width(Slot& s) const;
+  // The slot's drafts this step; row_cost: a drafted row's cost in plain steps (SpecConfig::adaptive).
+  int draft_width(Slot& s, double row_cost) const;
   // Whether slots draft at all (config and engine).
   bool drafts_configured() const;
-  int adaptive_width(Slot& s) const;
+  int adaptive_width(Slot& s, double row_cost) const;
   void take_tokens(Slot& s, StepItem& it);
   void fork_followers(Slot& leader, const StepItem& it);
 
@@ -352,6 +362,7 @@ class Scheduler {
   uint64_t lru_clock_ = 0;
   size_t rr_ = 0;  // round-robin start for prompt chunks
   SchedulerStats stats_;
+  DraftCost draft_cost_;  // the scheduler thread's
   std::vector<SlotInfo> published_;
   std::thread thread_;
 };

@@ -3,9 +3,11 @@
 // drafts (k = 3) match the table's softmax in a chi-square test, a seeded run equals the same run without
 // drafts token for token, and both paths (accepted and rejected drafts) really run.
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <future>
 #include <set>
+#include <thread>
 
 #include <gtest/gtest.h>
 
@@ -76,11 +78,14 @@ struct Out {
   FinishInfo fin;
 };
 
-Out generate(StepEngine& e, int k, int64_t n, uint64_t seed, bool adaptive = false,
-             double temperature = 1.0) {
+// measured: the adaptive width prices drafts by their measured cost (SpecConfig::measured_cost) instead of
+// the prior's; off by default, since most of these runs take microseconds a step and their timing is noise.
+Out generate(StepEngine& e, int k, int64_t n, uint64_t seed, bool adaptive = false, double temperature = 1.0,
+             bool measured = false) {
   SchedulerConfig cfg{1, n + 16, 64, 64};
   cfg.spec.n_max = k;
   cfg.spec.adaptive = adaptive;
+  cfg.spec.measured_cost = measured;
   Scheduler s(e, cfg, server::sample_token);
   auto out = std::make_shared<Out>();
   std::promise<void> done;
@@ -204,4 +209,50 @@ TEST(SpecSampling, AdaptiveWidthFollowsAcceptance) {
   EXPECT_GE(g.fin.draft_n_accepted, 300);
   EXPECT_LE(good.rounds, 400 / 5 + 2);
   EXPECT_EQ(b.tokens, g.tokens);  // greedy either way
+}
+
+// The measured draft cost (runtime/draft_cost.h) over an engine whose step takes 3 ms plus `row_ms` for each
+// drafted row it verifies, with drafts that are always right: where a row costs little the slot drafts nearly
+// every step at full width; where a row costs twice a plain step even perfect drafts lose, and after the
+// first steps (three plain ones timed, two drafting ones at the prior's cost) only the probes draft. The
+// margins are wide (a step's time would have to be off by a factor of several) so a loaded machine passes.
+TEST(SpecSampling, MeasuredDraftCostTurnsDraftingOffWhereItLoses) {
+  auto argmax_next = [](int32_t x) {
+    int best = 0;
+    for (int j = 1; j < kV; ++j)
+      if (kLogits[x][j] > kLogits[x][best]) best = j;
+    return static_cast<int32_t>(best);
+  };
+  struct Timed : BigramEngine {
+    double row_ms;
+    std::function<int32_t(int32_t)> next;
+    Timed(double r, std::function<int32_t(int32_t)> f) : BigramEngine(true), row_ms(r), next(std::move(f)) {}
+    void forward(std::span<StepItem> items) override {
+      double ms = 3.0;
+      for (const auto& it : items)
+        if (it.speculative) ms += row_ms * static_cast<double>(it.ids.size() - 1);
+      std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+      BigramEngine::forward(items);
+    }
+    std::vector<int32_t> draft(SequenceState&, int32_t pending, int k) override {
+      std::vector<int32_t> d;
+      for (int32_t x = pending; static_cast<int>(d.size()) < k;) d.push_back(x = next(x));
+      drafted += k;
+      rounds++;
+      return d;
+    }
+  };
+  const int64_t n = 120;
+  Timed cheap(0.1, argmax_next), dear(6.0, argmax_next);
+  const Out c = generate(cheap, 3, n, 1, true, 0.0, true), d = generate(dear, 3, n, 1, true, 0.0, true);
+  std::printf("    cheap rows: %lld drafted, %lld accepted; dear rows: %lld drafted, %lld accepted\n",
+              static_cast<long long>(c.fin.draft_n), static_cast<long long>(c.fin.draft_n_accepted),
+              static_cast<long long>(d.fin.draft_n), static_cast<long long>(d.fin.draft_n_accepted));
+  EXPECT_EQ(c.tokens, d.tokens);  // greedy either way
+  // Cheap rows: three plain steps, then rounds of 3 accepted drafts (4 tokens a step).
+  EXPECT_GE(c.fin.draft_n_accepted, 75)
+      << "drafted " << c.fin.draft_n;  // 87 when every step after them drafts
+  // Dear rows: a few drafts at the prior's cost, then one-draft probes every 16 plain steps.
+  EXPECT_LE(d.fin.draft_n, 30) << "accepted " << d.fin.draft_n_accepted;
+  EXPECT_GT(d.fin.draft_n, 0) << "the probes still draft";
 }
