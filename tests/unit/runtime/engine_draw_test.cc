@@ -128,50 +128,60 @@ TEST(EngineDraw, SampledDecodesAreTheBackendsDrawsAndNoRowComesBack) {
   EXPECT_EQ(host.downloads - drawn.downloads, 10) << "each of the 10 drawn rows stayed where it was";
 }
 
+// One request of n_predict tokens after {3, 17, 42, 99, 7} through a scheduler over `be` (greedy at
+// temperature 0, else seeded 7), drafting 3 a verify at every step when `draft` is given (its hook included);
+// the host sampler takes the argmax of a row that comes back.
+struct DraftRun {
+  std::vector<int32_t> tokens;
+  DraftCounts drafts;
+};
+const std::vector<int32_t> kDraftPrompt = {3, 17, 42, 99, 7};
+DraftRun draft_run(Counting& be, const DraftOptions* draft, double temperature, int64_t n_predict) {
+  auto lm = load_model(kModel, be);
+  ModelStepEngine engine(*lm->model, be);
+  SchedulerConfig cfg{1, 64, 16, 8};
+  if (draft) {
+    engine.enable_drafting(*draft);
+    cfg.spec.n_max = draft->n_max;
+    cfg.spec.adaptive = false;  // a verify every step
+  }
+  SampleFn host = [](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
+                     std::mt19937_64&) {
+    SampledToken t;
+    t.id = argmax(logits);
+    return t;
+  };
+  Scheduler sched(engine, cfg, host);
+  DraftRun out;
+  std::promise<FinishInfo> done;
+  GenRequest r;
+  r.prompt = kDraftPrompt;
+  r.n_predict = n_predict;
+  r.ignore_eos = true;
+  r.sampling.temperature = temperature;
+  r.sampling.seed = 7;
+  r.on_token = [&out](const SampledToken& t) {
+    out.tokens.push_back(t.id);
+    return true;
+  };
+  r.on_finish = [&done](const FinishInfo& f) { done.set_value(f); };
+  be.downloads = 0;
+  sched.submit(std::move(r));
+  EXPECT_EQ(done.get_future().get().n_predicted, n_predict);
+  out.drafts = sched.stats().drafts;
+  return out;
+}
+
 // A greedy request with MTP drafting: the drafts and every verify row are picked by the backend's argmax, so
 // no row of logits comes back but the prompt's last (the first token is the host sampler's); the tokens are
 // those of the run without drafting.
 TEST(EngineDraw, GreedyDraftsAndVerifyRowsArePickedWhereTheLogitsLive) {
   if (!fs::exists(kModel)) GTEST_SKIP() << "no fixture " << kModel;
-  auto greedy_run = [](bool drafting, Picking& be) {
-    auto lm = load_model(kModel, be);
-    ModelStepEngine engine(*lm->model, be);
-    SchedulerConfig cfg{1, 64, 16, 8};
-    if (drafting) {
-      DraftOptions d;
-      d.n_max = 3;
-      engine.enable_drafting(d);
-      cfg.spec.n_max = 3;
-      cfg.spec.adaptive = false;  // a verify every step
-    }
-    SampleFn host = [](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
-                       std::mt19937_64&) {
-      SampledToken t;
-      t.id = argmax(logits);
-      return t;
-    };
-    Scheduler sched(engine, cfg, host);
-    std::vector<int32_t> toks;
-    std::promise<FinishInfo> done;
-    GenRequest r;
-    r.prompt = {3, 17, 42, 99, 7};
-    r.n_predict = 24;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0.0;
-    r.on_token = [&toks](const SampledToken& t) {
-      toks.push_back(t.id);
-      return true;
-    };
-    r.on_finish = [&done](const FinishInfo& f) { done.set_value(f); };
-    be.downloads = 0;
-    sched.submit(std::move(r));
-    const FinishInfo f = done.get_future().get();
-    EXPECT_EQ(f.n_predicted, 24);
-    return toks;
-  };
   Picking plain, drafted;
-  const std::vector<int32_t> want = greedy_run(false, plain);
-  EXPECT_EQ(greedy_run(true, drafted), want);
+  DraftOptions d;
+  d.n_max = 3;
+  const std::vector<int32_t> want = draft_run(plain, nullptr, 0.0, 24).tokens;
+  EXPECT_EQ(draft_run(drafted, &d, 0.0, 24).tokens, want);
   EXPECT_EQ(drafted.downloads, 1) << "only the prompt's last row came back";
   EXPECT_GT(drafted.argmax_calls, 0);
 }
@@ -182,59 +192,19 @@ TEST(EngineDraw, GreedyDraftsAndVerifyRowsArePickedWhereTheLogitsLive) {
 // and no row of logits comes back but the prompt's last.
 TEST(EngineDraw, SampledDraftsAndVerifyRowsAreDrawnWhereTheLogitsLive) {
   if (!fs::exists(kModel)) GTEST_SKIP() << "no fixture " << kModel;
-  const std::vector<int32_t> prompt = {3, 17, 42, 99, 7};
-  const int64_t P = static_cast<int64_t>(prompt.size()), n_predict = 24;
-  struct Out {
-    std::vector<int32_t> tokens;
-    DraftCounts drafts;
-  };
-  auto sampled_run = [&](Drawing& be, std::function<int32_t(int64_t, int, int32_t)> hook) {
-    auto lm = load_model(kModel, be);
-    ModelStepEngine engine(*lm->model, be);
-    SchedulerConfig cfg{1, 64, 16, 8};
-    if (hook) {
-      DraftOptions d;
-      d.n_max = 3;
-      d.hook = std::move(hook);
-      engine.enable_drafting(d);
-      cfg.spec.n_max = 3;
-      cfg.spec.adaptive = false;  // a verify every step
-    }
-    SampleFn host = [](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
-                       std::mt19937_64&) {
-      SampledToken t;
-      t.id = argmax(logits);
-      return t;
-    };
-    Scheduler sched(engine, cfg, host);
-    Out out;
-    std::promise<FinishInfo> done;
-    GenRequest r;
-    r.prompt = prompt;
-    r.n_predict = n_predict;
-    r.ignore_eos = true;
-    r.sampling.temperature = 0.8;
-    r.sampling.seed = 7;
-    r.on_token = [&out](const SampledToken& t) {
-      out.tokens.push_back(t.id);
-      return true;
-    };
-    r.on_finish = [&done](const FinishInfo& f) { done.set_value(f); };
-    be.downloads = 0;
-    sched.submit(std::move(r));
-    EXPECT_EQ(done.get_future().get().n_predicted, n_predict);
-    out.drafts = sched.stats().drafts;
-    return out;
-  };
+  const int64_t P = static_cast<int64_t>(kDraftPrompt.size()), n_predict = 24;
   Drawing plain, drafted;
-  const Out want = sampled_run(plain, nullptr);
+  const DraftRun want = draft_run(plain, nullptr, 0.8, n_predict);
   ASSERT_EQ(static_cast<int64_t>(want.tokens.size()), n_predict);
-  const Out got = sampled_run(drafted, [&](int64_t pos, int j, int32_t d) -> int32_t {
+  DraftOptions d;
+  d.n_max = 3;
+  d.hook = [&](int64_t pos, int j, int32_t draft) -> int32_t {
     const int64_t i = pos - P;
-    if (i < 0 || i >= n_predict) return d;
+    if (i < 0 || i >= n_predict) return draft;
     if ((i + j) % 3 == 2) return want.tokens[i] == 0 ? 1 : want.tokens[i] - 1;  // forced reject
     return want.tokens[i];                                                      // forced accept
-  });
+  };
+  const DraftRun got = draft_run(drafted, &d, 0.8, n_predict);
   EXPECT_EQ(got.tokens, want.tokens);
   uint64_t accepted = 0;
   for (uint64_t a : got.drafts.accepted) accepted += a;
