@@ -132,7 +132,7 @@ std::vector<ForwardResult> draft_results(std::span<const Model::DraftEntry> entr
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].state->draft_pos += d.e[i].T;
     out[i].hidden = hidden.slice(d.e[i].r0, d.e[i].T);
-    out[i].logits = logits.slice(d.e[i].r0, d.e[i].T);
+    if (logits.defined()) out[i].logits = logits.slice(d.e[i].r0, d.e[i].T);
   }
   return out;
 }

@@ -226,7 +226,17 @@ class Model {
     SequenceState* state;
     Tensor hidden;
     std::span<const int32_t> next_ids;
+    // False for a catch-up, which wants only the draft layer's caches and hidden: when no entry of a pass
+    // wants logits, the pass skips the head (a vocabulary-wide product for every row; a prompt chunk's
+    // catch-up would otherwise make rows × vocabulary logits nobody reads) and returns none.
+    bool logits = true;
   };
+  // True when some entry of a draft pass wants its logits (DraftEntry::logits).
+  static bool any_logits(std::span<const DraftEntry> entries) {
+    for (const DraftEntry& e : entries)
+      if (e.logits) return true;
+    return false;
+  }
   // The draft layer over several sequences in one pass (their rows stacked, so each weight is read once; the
   // caches and positions each sequence's own): each result is what draft() gives for that entry alone.
   // Default: draft() for each.

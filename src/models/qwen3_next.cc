@@ -273,6 +273,7 @@ class Qwen3Next final : public BatchedModel {
 
     Tensor out = be.alloc({T, c_.D});
     be.rms_norm(out, h, mtp_norm_, c_.eps, NormKind::OnePlus);
+    if (!any_logits(entries)) return draft_results(entries, d, out, Tensor());  // a catch-up: no head
     const Tensor logits =
         tp_.head_logits(be, out, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
     return draft_results(entries, d, out, logits);

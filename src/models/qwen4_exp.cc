@@ -429,6 +429,7 @@ class Qwen4Exp final : public BatchedModel {
     for (size_t i = 0; i < entries.size(); ++i)
       report_ties(static_cast<Qwen4State&>(*entries[i].state), ties_before[i]);
 
+    if (!any_logits(entries)) return draft_results(entries, d, X, Tensor());  // a catch-up: no head
     Tensor h = hc_read(be, draft_.mixer, X, nullptr, xn);
     const Tensor logits =
         tp_.head_logits(be, h, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");

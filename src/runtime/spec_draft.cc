@@ -61,10 +61,12 @@ void end_catch_up(SequenceState& st, int64_t n) {
   st.draft_next.erase(st.draft_next.begin(), st.draft_next.begin() + n);
 }
 
-// Runs the draft layer over the first n queued rows and drops them from the queue.
-ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n) {
+// Runs the draft layer over the first n queued rows and drops them from the queue; the rows' logits only
+// when asked (DraftEntry::logits).
+ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n, bool logits) {
   CatchUp c = begin_catch_up(be, st, n);
-  ForwardResult r = model.draft(be, st, c.hidden, c.next);
+  const Model::DraftEntry entry{&st, c.hidden, c.next, logits};
+  ForwardResult r = std::move(model.draft_batch(be, std::span(&entry, 1))[0]);
   end_catch_up(st, n);
   return r;
 }
@@ -97,9 +99,9 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
   if (catch_up_now) draft_catch_up(model, be, st);
 }
 
-void draft_catch_up(Model& model, Backend& be, SequenceState& st) {
+ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool logits) {
   const int64_t known = static_cast<int64_t>(st.draft_next.size());
-  if (known > 0) catch_up(model, be, st, known);
+  return known > 0 ? catch_up(model, be, st, known, logits) : ForwardResult{};
 }
 
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,

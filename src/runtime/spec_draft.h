@@ -40,8 +40,9 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
                 std::span<const int32_t> ids, bool catch_up);
 
 // Runs the draft layer over every queued row whose next token is known (what draft_feed does with
-// catch_up), leaving only the row that waits for the pending token.
-void draft_catch_up(Model& model, Backend& be, SequenceState& st);
+// catch_up), leaving only the row that waits for the pending token. Returns the pass's hidden, and its logits
+// only when asked: a catch-up reads nothing but the draft layer's caches, so by default the head is skipped.
+ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool logits = false);
 
 // Up to `k` greedy drafts for the positions after `pending` (the sampled token not yet fed, at st.pos): the
 // catch-up over the queue ends in `pending`, then k − 1 draft steps on the draft layer's own hidden.

@@ -336,6 +336,39 @@ void expect_same_state(Model& m, Backend& be, SequenceState& a, SequenceState& b
   }
 }
 
+// A catch-up without logits (the default: a catch-up reads only the draft layer's caches) leaves those caches
+// and the pass's hidden exactly as one that makes its logits, and makes none; so does the engine's catch-up
+// after a prompt chunk (draft_feed), which then proposes the same drafts.
+TEST_P(SpecDecode, CatchUpWithoutLogitsLeavesTheSameDraftState) {
+  const int64_t V = model().info().vocab_size;
+  const auto prompt = tokens(V, 23, 7);
+  ModelStepEngine plain(model(), be());  // no drafting: its forwards queue nothing
+  auto a = plain.new_state(256), b = plain.new_state(256);
+  ForwardResult ra, rb;
+  for (SequenceState* st : {a.get(), b.get()}) {
+    const ForwardResult r = model().forward(be(), *st, prompt, false);
+    ASSERT_TRUE(r.hidden.defined());
+    draft_feed(model(), be(), *st, r.hidden, prompt, false);
+    (st == a.get() ? ra : rb) = draft_catch_up(model(), be(), *st, st == a.get());
+  }
+  ASSERT_TRUE(ra.logits.defined());
+  EXPECT_FALSE(rb.logits.defined()) << "a catch-up made logits nobody asked for";
+  ASSERT_TRUE(ra.hidden.defined() && rb.hidden.defined());
+  const std::vector<float> ha = be().download(ra.hidden), hb = be().download(rb.hidden);
+  ASSERT_EQ(ha.size(), hb.size());
+  float worst = 0.0f, top = 0.0f;
+  for (size_t i = 0; i < ha.size(); ++i) {
+    worst = std::max(worst, std::fabs(ha[i] - hb[i]));
+    top = std::max(top, std::fabs(ha[i]));
+  }
+  EXPECT_LE(worst, state_tolerance() * top) << "the catch-up's hidden";
+  expect_same_state(model(), be(), *a, *b, "caught up with and without logits", true, state_tolerance());
+  // Both propose the same drafts from there.
+  ModelStepEngine drafting(model(), be());
+  drafting.enable_drafting({});
+  EXPECT_EQ(drafting.draft(*a, prompt[0], 3), drafting.draft(*b, prompt[0], 3));
+}
+
 TEST_P(SpecDecode, CommitEqualsFeedingOnlyTheAcceptedTokens) {
   const int64_t V = model().info().vocab_size;
   const auto prompt = tokens(V, 23, 7);
