@@ -374,12 +374,20 @@ std::atomic<bool>& row_slot(RowKind kind) {
   return kind == RowKind::Fp8 ? fp8 : bf16;
 }
 
+// `rows` when `ok` holds for it, else a refusal naming `who` (a setter or a BLOOMERY_CUDA_* variable) and the
+// allowed counts: the weight-rows-per-warp knobs' one check.
+int checked_rows(int rows, bool ok, const char* who, const char* allowed) {
+  if (!ok)
+    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, std::string(who) + " = " + std::to_string(rows) + ": needs " +
+                                                   allowed + " weight rows a warp");
+  return rows;
+}
+
 // The one-row kernel's weight rows per warp (1, 2 or 4; BLOOMERY_CUDA_GEMV_ROW_RPW at start, 1 unless set).
 std::atomic<int>& row_rows_slot() {
   static std::atomic<int> v{[] {
-    const char* e = std::getenv("BLOOMERY_CUDA_GEMV_ROW_RPW");
-    const int r = e ? std::atoi(e) : 1;
-    return valid_row_rows(r) ? r : 1;
+    const int r = static_cast<int>(env_int("BLOOMERY_CUDA_GEMV_ROW_RPW", 1, 1, 4, "E_CUDA_GEMV"));
+    return checked_rows(r, valid_row_rows(r), "BLOOMERY_CUDA_GEMV_ROW_RPW", "1, 2 or 4");
   }()};
   return v;
 }
@@ -469,7 +477,10 @@ struct SplitShape {
 // loaded once for four weight rows: the 2026-12-03 pipe profile found the one-row NVFP4 product bound by
 // its x traffic in L1). BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R at start, 1 unless set.
 std::atomic<int>& split_one_row_rows_slot() {
-  static std::atomic<int> v{env_is("BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R", "4") ? 4 : 1};
+  static std::atomic<int> v{[] {
+    const int r = static_cast<int>(env_int("BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R", 1, 1, 4, "E_CUDA_GEMV"));
+    return checked_rows(r, r == 1 || r == 4, "BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R", "1 or 4");
+  }()};
   return v;
 }
 
@@ -523,10 +534,9 @@ int gemv_split_one_row_rows() {
 }
 
 void set_gemv_split_one_row_rows(int rows) {
-  if (rows != 1 && rows != 4)
-    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, "set_gemv_split_one_row_rows(" + std::to_string(rows) +
-                                                   "): needs 1 or 4 weight rows a warp");
-  split_one_row_rows_slot().store(rows, std::memory_order_relaxed);
+  split_one_row_rows_slot().store(
+      checked_rows(rows, rows == 1 || rows == 4, "set_gemv_split_one_row_rows", "1 or 4"),
+      std::memory_order_relaxed);
 }
 
 int gemv_row_rows() {
@@ -534,10 +544,8 @@ int gemv_row_rows() {
 }
 
 void set_gemv_row_rows(int rows) {
-  if (!valid_row_rows(rows))
-    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, "set_gemv_row_rows(" + std::to_string(rows) +
-                                                   "): needs 1, 2 or 4 weight rows a warp");
-  row_rows_slot().store(rows, std::memory_order_relaxed);
+  row_rows_slot().store(checked_rows(rows, valid_row_rows(rows), "set_gemv_row_rows", "1, 2 or 4"),
+                        std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {
