@@ -1,5 +1,5 @@
-// DraftCost: per batch size, moving averages of a plain decode step's time and of the time a drafted row
-// adds.
+// DraftCost: per batch size, the least of the last plain decode steps' times and a moving average of the
+// time a drafted row adds.
 #include "runtime/draft_cost.h"
 
 #include <algorithm>
