@@ -496,6 +496,16 @@ int run_bench(int argc, char** argv) {
     bp.ab = kAbCandidates.at(ab_knob);
     hooks.set_ab(false);
   }
+  // A verify row's read floor: the bytes of its K rows (dense once, the experts they pick, one sequence's
+  // state) over those of the tg step it is measured against, at the same depth (bench_bytes.h).
+  auto verify_floor = [&](const BenchRow& r) {
+    const int kv = static_cast<int>(elem_size(kv_load.kv_type));
+    const uint64_t one =
+        decode_bytes(costs, info.family, text, backend_name, r.depth, 1, tp.size, kv).total();
+    const uint64_t k =
+        verify_bytes(costs, info.family, text, backend_name, r.depth, r.tokens, tp.size, kv).total();
+    return one > 0 ? static_cast<double>(k) / static_cast<double>(one) : 0.0;
+  };
   auto to_json = [&](const BenchRow& r) {
     nlohmann::json x{{"test", r.test},
                      {"depth", r.depth},
@@ -520,7 +530,8 @@ int run_bench(int argc, char** argv) {
         x.update({{"rollback", "commit(1): all drafts rejected, recurrent parts replayed over one row"},
                   {"rollback_included", true},
                   {"rollback_ms_median", percentile(r.rollback_ms, 0.5)},
-                  {"graph_replayed", r.replayed}});
+                  {"graph_replayed", r.replayed},
+                  {"bytes_floor_ratio_to_tg", verify_floor(r)}});
     } else if (r.test[0] == 't' && !r.skipped) {
       const Roofline f = roofline(r, costs, info.family, text, backend_name, bw, tp.size, kv_load.kv_type);
       x.update({{"depth_end", r.depth_end},
@@ -645,13 +656,15 @@ int run_bench(int argc, char** argv) {
       continue;
     }
     if (is_spec_row(r)) {  // no throughput or roofline: a ratio to the tg step instead
-      char note[160];
+      char note[200];
       if (r.test == "draft")
         std::snprintf(note, sizeof note, "%s = %.2f× %s; %s step", r.test.c_str(), r.ratio, r.ref.c_str(),
                       r.step.c_str());
       else
-        std::snprintf(note, sizeof note, "%s = %.2f× %s; %s step; rollback %.3f ms included", r.test.c_str(),
-                      r.ratio, r.ref.c_str(), r.step.c_str(), percentile(r.rollback_ms, 0.5));
+        std::snprintf(note, sizeof note,
+                      "%s = %.2f× %s (bytes read: %.2f×); %s step; rollback %.3f ms included", r.test.c_str(),
+                      r.ratio, r.ref.c_str(), verify_floor(r), r.step.c_str(),
+                      percentile(r.rollback_ms, 0.5));
       std::printf("| %-8s | %6lld | %3lld | %12s | %10.3f | %10.3f | %9s | %9s | %8s | %s%s\n",
                   r.test.c_str(), (long long)r.depth, (long long)r.conc, "-", percentile(r.ms, 0.5),
                   percentile(r.ms, 0.95), "-", "-", "-", note, r.finite ? "" : " NON-FINITE LOGITS");
@@ -681,7 +694,9 @@ int run_bench(int argc, char** argv) {
         "logits, greedy ids) + commit(1), the rollback of a round whose drafts are all rejected, then an "
         "untimed restore to the same depth; draft ms: one T=1 Model::draft step + greedy id; both measured "
         "after every repeat of the C=1 tg row, at the depth it reached; ratio = median / the tg step's "
-        "median)\n");
+        "median; bytes read: the verify's weights (dense once, the experts of its K rows, E·(1-(1-k/E)^K)) "
+        "and "
+        "one sequence's state over the tg step's, the floor of the ratio for a step bound by its reads)\n");
   std::printf("%s%s%s", graphs_line.c_str(), op_lines.c_str(), grammar_line.c_str());
   return 0;
 }

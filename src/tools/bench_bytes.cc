@@ -161,6 +161,14 @@ DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::stri
   return b;
 }
 
+DecodeBytes verify_bytes(const std::vector<WeightCost>& weights, const std::string& family,
+                         const nlohmann::json& config, const std::string& backend, int64_t depth,
+                         int64_t rows, int tp_size, int kv_bytes) {
+  DecodeBytes b = decode_bytes(weights, family, config, backend, depth, rows, tp_size, kv_bytes);
+  b.state = decode_bytes(weights, family, config, backend, depth, 1, tp_size, kv_bytes).state;
+  return b;
+}
+
 double copy_bandwidth(const std::string& backend) {
   using Clock = std::chrono::steady_clock;
   if (backend == "cuda") {

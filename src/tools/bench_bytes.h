@@ -46,6 +46,15 @@ DecodeBytes decode_bytes(const std::vector<WeightCost>& weights, const std::stri
                          const nlohmann::json& config, const std::string& backend, int64_t depth,
                          int64_t conc = 1, int tp_size = 1, int kv_bytes = 4);
 
+// Bytes of one K-row verify of one sequence at `depth` (the pending token and K − 1 drafts): the weights a
+// K-row step touches (dense once, the routed experts' union over the K rows, U(K) as above) and one
+// sequence's state. Against decode_bytes(…, conc = 1) it is the floor of a verify's cost in plain steps for a
+// step bound by its reads: a verify whose rows pick other experts cannot cost less than the bytes it must
+// read.
+DecodeBytes verify_bytes(const std::vector<WeightCost>& weights, const std::string& family,
+                         const nlohmann::json& config, const std::string& backend, int64_t depth,
+                         int64_t rows, int tp_size = 1, int kv_bytes = 4);
+
 // Copy bandwidth in bytes/s (bytes read + written): the best of a few large device-to-device cudaMemcpy
 // for "cuda", a host memcpy on one thread for "cpu". Returns 0 when it cannot be measured.
 double copy_bandwidth(const std::string& backend);

@@ -236,6 +236,28 @@ TEST(Synthetic, FullSizePlanMatchesTheSpecBytes) {
   EXPECT_NEAR(static_cast<double>(q.dense + q.experts) / 1e9, 6.47, 0.03);
 }
 
+// A K-row verify of one sequence reads the dense weights once, the experts its K rows pick and one sequence's
+// state: at full size (uniform routing) a 4-row verify must read about 1.37× a decode step's bytes in the
+// nvidia layout, more in qad (fewer dense bytes to share), which bounds issue 13's verify4 target from below.
+TEST(BenchBytes, AVerifyReadsTheDenseWeightsOnceAndTheExpertsOfItsRows) {
+  const SyntheticPlan nv = plan_synthetic(synthetic_config("qwen4_exp"), SyntheticLayout::Nvidia);
+  const auto& c = nv.config.text;
+  const DecodeBytes one = decode_bytes(nv.costs, nv.family, c, "cuda", 4096, 1);
+  const DecodeBytes v1 = verify_bytes(nv.costs, nv.family, c, "cuda", 4096, 1);
+  EXPECT_EQ(v1.total(), one.total());  // one row is a decode step
+  const DecodeBytes v4 = verify_bytes(nv.costs, nv.family, c, "cuda", 4096, 4);
+  const DecodeBytes c4 = decode_bytes(nv.costs, nv.family, c, "cuda", 4096, 4);
+  EXPECT_EQ(v4.experts, c4.experts);  // the union over the rows, as for four sequences
+  EXPECT_EQ(v4.state, one.state);     // but one sequence's state
+  const double nv4 = static_cast<double>(v4.total()) / one.total();
+  EXPECT_NEAR(nv4, 1.37, 0.02);
+  const SyntheticPlan qad = plan_synthetic(synthetic_config("qwen4_exp"), SyntheticLayout::Qad);
+  const double qad4 =
+      static_cast<double>(verify_bytes(qad.costs, qad.family, qad.config.text, "cuda", 4096, 4).total()) /
+      decode_bytes(qad.costs, qad.family, qad.config.text, "cuda", 4096, 1).total();
+  EXPECT_GT(qad4, nv4);
+}
+
 // The full-size model's stored weights without its host table (80.5 GB) do not fit 64 GiB: refused by
 // name before anything is built; a card with room, or an unknown free size, passes.
 TEST(Synthetic, AModelBeyondTheDevicesMemoryIsRefusedBeforeItIsBuilt) {
