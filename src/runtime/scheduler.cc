@@ -55,14 +55,14 @@ static void check_item(const StepItem& it, int64_t vocab) {
 }
 
 // The last row of an item's logits (every row for a verify), downloaded; the hiddens go to the draft queue
-// (a verify's wait for commit, which knows how many rows stay).
+// (a verify's wait for commit, which knows how many rows stay; the others' catch-up is catch_up_drafts').
 void ModelStepEngine::after_forward(const ForwardResult& r, StepItem& it) {
   if (drafting_ && draft_options_.source == DraftOptions::Source::Mtp) {
     if (it.speculative) {
       it.state->verify_hidden = r.hidden;
       it.state->verify_ids.assign(it.ids.begin(), it.ids.end());
     } else {
-      draft_feed(model_, backend_, *it.state, r.hidden, it.ids, true);
+      draft_feed(model_, backend_, *it.state, r.hidden, it.ids, false);
     }
   }
   if (!it.want_logits || it.engine_picks()) return;  // forward() picks its token instead
@@ -186,6 +186,16 @@ bool ModelStepEngine::restore(SequenceState& state, const StateCheckpoint& snaps
   return true;
 }
 
+// The draft layer over the rows the plain (not speculative) items just committed, for all of them in one
+// pass: their draft caches must follow the sequence so that drafting can start at any step.
+void ModelStepEngine::catch_up_drafts(std::span<StepItem* const> items) {
+  if (!drafting_ || draft_options_.source != DraftOptions::Source::Mtp) return;
+  std::vector<SequenceState*> states;
+  for (StepItem* it : items)
+    if (!it->speculative) states.push_back(it->state);
+  draft_catch_up_batch(model_, backend_, states);
+}
+
 void ModelStepEngine::forward(std::span<StepItem> items) {
   // Each item is checked on its own first (the same checks forward_batch makes before touching any state),
   // so one sequence out of room fails alone and the others still share the pass.
@@ -206,6 +216,7 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
   try {
     std::vector<ForwardResult> r = forward_step(model_, backend_, batch);
     for (size_t i = 0; i < owners.size(); ++i) after_forward(r[i], *owners[i]);
+    catch_up_drafts(owners);
     // Greedy and drawn decodes: one pass each over their rows (one launch and one small copy on the card).
     pick(owners, r);
     return;
@@ -223,6 +234,7 @@ void ModelStepEngine::forward(std::span<StepItem> items) {
       try {
         ForwardResult one = std::move(model_.forward_batch(backend_, std::span(&batch[i], 1))[0]);
         after_forward(one, *owners[i]);
+        catch_up_drafts(std::span(&owners[i], 1));
         pick(std::span(&owners[i], 1), std::span(&one, 1));
       } catch (const std::exception& e) {
         owners[i]->error = e.what();

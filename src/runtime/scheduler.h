@@ -108,6 +108,7 @@ class ModelStepEngine : public StepEngine {
 
  private:
   void after_forward(const ForwardResult& r, StepItem& it);
+  void catch_up_drafts(std::span<StepItem* const> items);
   // The engine's picks (StepItem::engine_picks) of these items from their logits: every argmax in one call,
   // every draw in one call.
   void pick(std::span<StepItem* const> items, std::span<const ForwardResult> results);

@@ -104,6 +104,22 @@ ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool 
   return known > 0 ? catch_up(model, be, st, known, logits) : ForwardResult{};
 }
 
+void draft_catch_up_batch(Model& model, Backend& be, std::span<SequenceState* const> states) {
+  std::vector<SequenceState*> live;
+  std::vector<CatchUp> ups;
+  for (SequenceState* st : states) {
+    const int64_t known = static_cast<int64_t>(st->draft_next.size());
+    if (known == 0) continue;
+    ups.push_back(begin_catch_up(be, *st, known));
+    live.push_back(st);
+  }
+  if (live.empty()) return;
+  std::vector<Model::DraftEntry> entries;
+  for (size_t i = 0; i < live.size(); ++i) entries.push_back({live[i], ups[i].hidden, ups[i].next, false});
+  model.draft_batch(be, entries);
+  for (size_t i = 0; i < live.size(); ++i) end_catch_up(*live[i], static_cast<int64_t>(ups[i].next.size()));
+}
+
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,
                                    const DraftOptions& opt) {
   std::vector<int32_t> out;

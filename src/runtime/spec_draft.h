@@ -44,6 +44,11 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
 // only when asked: a catch-up reads nothing but the draft layer's caches, so by default the head is skipped.
 ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool logits = false);
 
+// draft_catch_up for several sequences in one Model::draft_batch pass without logits (states with nothing
+// known are left alone): a batch of decoding slots that are not drafting this round runs the draft layer once
+// for all of them instead of once each, as the draft step itself does (draft_propose_batch).
+void draft_catch_up_batch(Model& model, Backend& be, std::span<SequenceState* const> states);
+
 // Up to `k` greedy drafts for the positions after `pending` (the sampled token not yet fed, at st.pos): the
 // catch-up over the queue ends in `pending`, then k − 1 draft steps on the draft layer's own hidden.
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,

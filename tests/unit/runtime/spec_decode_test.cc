@@ -514,6 +514,51 @@ TEST_P(SpecDecode, BatchedDraftsEqualEachSequenceAlone) {
   }
 }
 
+// Slots decoding without drafts this round (paused or between rounds) share one forward; their draft layer
+// catches up over the new rows in one pass for all of them (ModelStepEngine::catch_up_drafts), which must
+// leave each one's draft state and next drafts as its own forward would, a verify in the mix included.
+TEST_P(SpecDecode, PlainRowsOfSeveralSlotsCatchUpInOneDraftPass) {
+  const int64_t V = model().info().vocab_size;
+  ModelStepEngine e(model(), be());
+  e.enable_drafting({});
+  std::vector<std::unique_ptr<SequenceState>> batched, alone;
+  for (int i = 0; i < 3; ++i) {
+    const auto prompt = tokens(V, 8 + 5 * i, 40 + i);
+    for (auto* set : {&batched, &alone}) {
+      set->push_back(e.new_state(128));
+      feed_one(e, *set->back(), prompt, false);
+    }
+  }
+  for (int step = 0; step < 4; ++step) {
+    // Slot 2 verifies two rows at step 1 (its catch-up waits for the commit); the others decode one token.
+    std::vector<StepItem> items(3);
+    std::vector<std::vector<int32_t>> ids(3);
+    for (int i = 0; i < 3; ++i) {
+      ids[i] = {static_cast<int32_t>(mix(step, i) % V)};
+      if (step == 1 && i == 2) ids[i].push_back(static_cast<int32_t>(mix(step, 50) % V));
+      items[i].state = batched[i].get();
+      items[i].ids = ids[i];
+      items[i].speculative = ids[i].size() > 1;
+      items[i].want_logits = true;
+    }
+    e.forward(items);
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_EQ(items[i].error, "");
+      feed_one(e, *alone[i], ids[i], items[i].speculative);
+      if (items[i].speculative)
+        for (auto* set : {&batched, &alone}) e.commit(*(*set)[i], 1);
+      const std::string what = "step " + std::to_string(step) + ", sequence " + std::to_string(i);
+      expect_same_state(model(), be(), *batched[i], *alone[i], what, true, state_tolerance());
+    }
+  }
+  for (int i = 0; i < 3; ++i) {
+    const int32_t pending = static_cast<int32_t>(mix(9, i) % V);
+    EXPECT_EQ(e.draft(*batched[i], pending, 3), e.draft(*alone[i], pending, 3)) << "sequence " << i;
+    expect_same_state(model(), be(), *batched[i], *alone[i], "drafted, sequence " + std::to_string(i), true,
+                      state_tolerance());
+  }
+}
+
 TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
   const int64_t V = model().info().vocab_size;
   const auto prompt = tokens(V, 40, 3);
