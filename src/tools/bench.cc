@@ -67,6 +67,7 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"gemv-row-r2", "row-r2"},
                                                        {"gemv-row-r4", "row-r4"},
                                                        {"gemv-split-r4", "split-r4"},
+                                                       {"gemv-row-multi", "row-multi"},
                                                        {"gemm-bf16", "bf16-act"},
                                                        {"gdn-gated", "gdn-gated"}};
 
@@ -242,6 +243,9 @@ int run_bench(int argc, char** argv) {
          "against 2 / 4 read against one load of x (BLOOMERY_CUDA_GEMV_ROW_RPW), rows 'tgN' and 'tgN+row-r2' "
          "/ 'tgN+row-r4'; 'gemv-split-r4' the split-K kernel's one weight row a warp at one row of x against "
          "4 (BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R: NVFP4 and short products), rows 'tgN' and 'tgN+split-r4'; "
+         "'gemv-row-multi' 2-4 rows of x on the tensor-core GEMV against the one-row kernel "
+         "(BLOOMERY_CUDA_GEMV_ROW_MULTI), rows 'tgN' and 'tgN+row-multi' (verify rows too, with "
+         "--spec-rows); "
          "'gemm-bf16' prompt GEMMs with split-BF16 activations "
          "(BLOOMERY_CUDA_GEMM=bf16x2) "
          "against plain BF16, rows 'ppN' and 'ppN+bf16-act'; 'gdn-gated' a GDN decode step's split, gates, "
@@ -482,6 +486,8 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [rows](bool candidate) { cuda::set_gemv_row_rows(candidate ? rows : 1); };
       } else if (ab_knob == "gemv-split-r4")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_split_one_row_rows(candidate ? 4 : 1); };
+      else if (ab_knob == "gemv-row-multi")
+        hooks.set_ab = [](bool candidate) { cuda::set_gemv_row_multi(candidate); };
       else if (ab_knob == "gdn-gated")
         hooks.set_ab = [cb](bool candidate) { cb->set_gdn_step_gated(candidate); };
       else if (ab_knob == "gemm-bf16")
@@ -526,7 +532,7 @@ int run_bench(int argc, char** argv) {
                 {"ratio_to_tg", r.ratio},
                 {"step", r.step},
                 {"ms", r.ms}});
-      if (r.test != "draft")
+      if (r.test.rfind("draft", 0) != 0)
         x.update({{"rollback", "commit(1): all drafts rejected, recurrent parts replayed over one row"},
                   {"rollback_included", true},
                   {"rollback_ms_median", percentile(r.rollback_ms, 0.5)},
@@ -657,7 +663,7 @@ int run_bench(int argc, char** argv) {
     }
     if (is_spec_row(r)) {  // no throughput or roofline: a ratio to the tg step instead
       char note[200];
-      if (r.test == "draft")
+      if (r.test.rfind("draft", 0) == 0)
         std::snprintf(note, sizeof note, "%s = %.2f× %s; %s step", r.test.c_str(), r.ratio, r.ref.c_str(),
                       r.step.c_str());
       else

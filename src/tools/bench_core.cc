@@ -180,8 +180,9 @@ class Runner {
       if (r.skipped) continue;
       if (r.ms.empty()) r.depth = st.pos;
       for (int64_t i = 0; i < samples; ++i) {
-        const VerifyTiming t = r.test == "draft" ? time_draft(be_, m_, h_, st, tokens(1, &spec_rng_)[0])
-                                                 : time_verify(be_, m_, h_, st, tokens(r.tokens, &spec_rng_));
+        const VerifyTiming t = r.test.rfind("draft", 0) == 0
+                                   ? time_draft(be_, m_, h_, st, tokens(1, &spec_rng_)[0])
+                                   : time_verify(be_, m_, h_, st, tokens(r.tokens, &spec_rng_));
         r.ms.push_back(t.ms);
         r.rollback_ms.push_back(t.rollback_ms);
         r.replayed += t.replayed ? 1 : 0;
@@ -360,6 +361,9 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         BenchRow g = r;
         g.test += p.graphs_ab ? std::string("+graphs") : "+" + p.ab;
         std::vector<BenchRow> spec = spec_rows_of(r);
+        // With --ab the spec rows run in both settings too, each against its own tg row.
+        std::vector<BenchRow> spec_g = ab ? spec_rows_of(g) : std::vector<BenchRow>{};
+        for (BenchRow& s : spec_g) s.test += p.graphs_ab ? std::string("+graphs") : "+" + p.ab;
         if (!r.skipped) {
           run.grow_pool(c, d, tg_total * (ab ? 2 : 1));
           const bool profiled = p.profile_tg && hooks.profile_range;
@@ -373,13 +377,19 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
               toggle(false);
             }
             if (!spec.empty()) run.spec(spec, n);  // n of each, at the depth this repeat reached
+            if (!spec_g.empty()) {
+              toggle(true);
+              run.spec(spec_g, n);
+              toggle(false);
+            }
           }
           if (profiled) hooks.profile_range(false);
         }
         finish(r, t0);
         if (ab) finish(g, t0);  // A and B repeats interleave on the same sequences, over the same depths
+        spec.insert(spec.end(), spec_g.begin(), spec_g.end());
         for (BenchRow& s : spec) {
-          const double tg_ms = percentile(r.ms, 0.5);
+          const double tg_ms = percentile((s.ref == g.test ? g : r).ms, 0.5);
           s.ratio = tg_ms > 0 ? percentile(s.ms, 0.5) / tg_ms : 0.0;
           const int64_t N = static_cast<int64_t>(s.ms.size());
           s.step = s.replayed == 0   ? "eager"

@@ -90,7 +90,7 @@ struct BenchRow {
 
 // True for the rows of BenchParams::spec_rows.
 inline bool is_spec_row(const BenchRow& r) {
-  return r.test == "draft" || r.test.rfind("verify", 0) == 0;
+  return r.test.rfind("draft", 0) == 0 || r.test.rfind("verify", 0) == 0;
 }
 
 // Runs the grid: first the pp tests (each repeat on fresh sequences prefilled to d, untimed), then for each

@@ -899,6 +899,97 @@ TEST_F(CudaLinear, SplitKOneRowFourRowsAWarpKeepTheBits) {
       [](int r) { cuda::set_gemv_split_one_row_rows(r); });
 }
 
+// The one-row kernel on 2-4 rows of x (cuda::set_gemv_row_multi: a verify's rows, a few slots') gives every
+// row of y the bits the one-row kernel gives that row of x alone, under every fixed split-K way and the
+// heuristic's, for whole weights, a block of rows from 128 and a grouped launch mixing both kinds with
+// epilogues; within the CPU product's bound.
+TEST_F(CudaLinear, OneRowKernelOnSeveralRowsOfXGivesEachRowItsOneRowBits) {
+  SplitKLaunch launch;
+  struct Restore {
+    bool was = cuda::gemv_row_multi();
+    ~Restore() { cuda::set_gemv_row_multi(was); }
+  } restore;
+  ASSERT_TRUE(cuda::gemv_fp8_row() && cuda::gemv_bf16_row()) << "the one-row kernel is switched off";
+  const RowCase cases[] = {{FormatId::BF16, 330, 2560},
+                           {FormatId::MXFP8, 257, 1024},
+                           {FormatId::FP8_BLOCK, 301, 2560},
+                           {FormatId::MXFP8, 3, 128}};
+  // Row t of `y` against the same product of row t of x alone.
+  const auto expect_rows_alone = [&](const Tensor& x, const Weight& w, int64_t row0, int64_t n,
+                                     const std::vector<float>& y, const std::string& what) {
+    const int64_t T = x.rows(), k = x.cols();
+    for (int64_t t = 0; t < T; ++t) {
+      Tensor xt = gpu_->alloc({1, k}), yt = gpu_->alloc({1, n});
+      gpu_->copy(xt, x.slice(t, 1));
+      gpu_->fill(yt, NAN);
+      gpu_->matmul_rows(yt, xt, w, row0, n);
+      const auto alone = gpu_->download(yt);
+      EXPECT_EQ(0, std::memcmp(alone.data(), y.data() + t * n, alone.size() * 4))
+          << what << ": row " << t << " has other bits than alone";
+    }
+  };
+  for (const RowCase& cs : cases) {
+    auto s = make_any(cs.f, cs.n, cs.k, rng_);
+    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
+    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
+    const std::string shape =
+        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    for (int64_t T : {2, 3, 4}) {
+      Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k});
+      for (int ks : {0, 1, 2, 4, 8}) {
+        launch.set(0, ks);
+        const std::string what = shape + " T=" + std::to_string(T) + " " + launch_name(0, ks);
+        cuda::set_gemv_row_multi(true);
+        Tensor y = gpu_->alloc({T, cs.n});
+        gpu_->fill(y, NAN);
+        gpu_->matmul(y, x, wg);
+        expect_rows_alone(x, wg, 0, cs.n, gpu_->download(y), what);
+        if (cs.n > 203 + 128) {
+          Tensor yb = gpu_->alloc({T, cs.n - 203});
+          gpu_->matmul_rows(yb, x, wg, 128, cs.n - 203);
+          expect_rows_alone(x, wg, 128, cs.n - 203, gpu_->download(yb), what + " rows 128+");
+        }
+      }
+      launch.set(0, 0);
+      check_matmul(wc, wg, s->decoded, T, 0, cs.n, shape + " (several rows of x on the one-row kernel)");
+    }
+  }
+  // A grouped launch of both kinds with epilogues: each product's rows as that product alone row by row.
+  const int64_t k = 2560, T = 3;
+  const std::vector<GroupPart> spec = {{FormatId::BF16, 330, {}},
+                                       {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
+                                       {FormatId::BF16, 3, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
+                                       {FormatId::MXFP8, 1, {.act = Act::Sigmoid}}};
+  std::vector<std::unique_ptr<StoredWeight>> stored;
+  const std::vector<Weight> ws = upload_parts(spec, k, stored);
+  gpu_->set_group_products(true);
+  cuda::set_gemv_row_multi(true);
+  Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
+  for (int ks : {0, 1, 4}) {
+    launch.set(0, ks);
+    std::vector<Tensor> grouped;
+    for (const GroupPart& p : spec) {
+      grouped.push_back(gpu_->alloc({T, p.n}));
+      gpu_->fill(grouped.back(), NAN);
+    }
+    std::vector<Backend::Product> ps;
+    for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
+    gpu_->matmul_group(ps, x);
+    for (size_t i = 0; i < spec.size(); ++i) {
+      const auto g = gpu_->download(grouped[i]);
+      for (int64_t t = 0; t < T; ++t) {
+        Tensor xt = gpu_->alloc({1, k}), yt = gpu_->alloc({1, spec[i].n});
+        gpu_->copy(xt, x.slice(t, 1));
+        gpu_->matmul_epilogue(yt, xt, ws[i], spec[i].e);
+        const auto alone = gpu_->download(yt);
+        EXPECT_EQ(0, std::memcmp(alone.data(), g.data() + t * spec[i].n, alone.size() * 4))
+            << "group product " << i << " row " << t << " " << launch_name(0, ks);
+      }
+    }
+  }
+  gpu_->set_group_products(false);
+}
+
 // Random stored bytes at [n, k] from a xorshift (the step's largest weights take a moment, not many
 // seconds): BF16 as fast_bf16; MXFP8 with random_e4m3's element bytes (no NaN codes, exponent field ≤ 9) and
 // block exponents 2^-7 .. 2^3 (make_stored's).

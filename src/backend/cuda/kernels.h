@@ -83,6 +83,11 @@ void set_gemv_bf16_row(bool on);
 // throws). The bits do not depend on it under the same split-K ways.
 int gemv_row_rows();
 void set_gemv_row_rows(int rows);
+// The one-row kernel for 2-4 rows of x (a verify's rows, a few slots') instead of the tensor-core GEMV: one
+// weight row a warp, each row of x read with its own terms, so every row of y has the bits the one-row kernel
+// gives it alone (BLOOMERY_CUDA_GEMV_ROW_MULTI=1 at start; off until measured; the setter between steps).
+bool gemv_row_multi();
+void set_gemv_row_multi(bool on);
 // The split-K kernel's weight rows a warp at one row of x (products the one-row kernel does not take: NVFP4,
 // K not a multiple of 128): 1 (the default) or 4, each x float4 then loaded once for the four
 // (BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R=4 at start, the setter between steps for A/B measurements, any other

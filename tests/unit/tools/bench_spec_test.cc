@@ -131,6 +131,37 @@ TEST_P(BenchSpec, WithoutADraftLayerTheDraftRowIsSkipped) {
   EXPECT_TRUE(rows[2].ms.empty());
 }
 
+// With --ab the spec rows run in both settings, each sample in the setting it is named for, its ratio against
+// its own tg row.
+TEST_P(BenchSpec, UnderAbTheSpecRowsRunInBothSettings) {
+  BenchParams p = spec_params({2});
+  p.warmup = false;
+  p.ab = "knob";
+  BenchHooks h = host_hooks(*be_);
+  bool candidate = false;
+  std::vector<bool> toggles;
+  h.set_ab = [&](bool on) {
+    candidate = on;
+    toggles.push_back(on);
+  };
+  const auto rows = run_bench_grid(*be_, *lm_->model, h, p);
+  std::vector<std::string> names;
+  for (const BenchRow& r : rows) names.push_back(r.test);
+  EXPECT_EQ(names,
+            (std::vector<std::string>{"tg3", "tg3+knob", "verify2", "draft", "verify2+knob", "draft+knob"}));
+  for (const BenchRow& r : rows) {
+    if (!is_spec_row(r)) continue;
+    const bool knob = r.test.find("+knob") != std::string::npos;
+    EXPECT_EQ(r.ref, knob ? "tg3+knob" : "tg3") << r.test;
+    EXPECT_EQ(r.ms.size(), 6u) << r.test;
+    const BenchRow& tg = rows[knob ? 1 : 0];
+    EXPECT_DOUBLE_EQ(r.ratio, percentile(r.ms, 0.5) / percentile(tg.ms, 0.5)) << r.test;
+  }
+  // Per repeat: main's tg, the candidate's tg, back, main's spec rows, then the candidate's and back.
+  EXPECT_EQ(toggles, (std::vector<bool>{false, true, false, true, false, false, true, false, true, false}));
+  EXPECT_FALSE(candidate);
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, BenchSpec, ::testing::Values("qwen4_exp-bf16", "qwen3_next-bf16"),
                          testing_fixtures::param_name);
 

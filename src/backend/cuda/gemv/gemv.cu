@@ -270,12 +270,34 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   row_rows<KD, kSplitWarps, R>(w, row0, n, x, y, ks, e, blockIdx.x);
 }
 
+// The one-row kernel for 2-4 rows of x (one weight row a warp, each row of y with its one-row bits).
+template <RowKind KD>
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_row_multi_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
+                     float* __restrict__ y, int ks, Epilogue e) {
+  row_rows<KD, kSplitWarps, 1, kRowMultiMax>(w, row0, n, x, y, ks, e, blockIdx.x, T);
+}
+
 // A group's products on the one-row kernel: both kinds in one grid (the MoE router group and the HC down +
 // inject group mix BF16 and MXFP8 products in the qad layout).
 struct RowGroupArgs {
   GroupArgs g;
   bool fp8[kGroupMax];
 };
+
+// The same for 2-4 rows of x.
+__global__ void __launch_bounds__(kSplitWarps * 32)
+    gemv_row_multi_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x, int T) {
+  const GroupArgs& g = a.g;
+  int i = 0;
+  while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
+  if (a.fp8[i])
+    row_rows<RowKind::Fp8, kSplitWarps, 1, kRowMultiMax>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                                         blockIdx.x - g.first[i], T);
+  else
+    row_rows<RowKind::Bf16, kSplitWarps, 1, kRowMultiMax>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                                          blockIdx.x - g.first[i], T);
+}
 
 template <int R>
 __global__ void __launch_bounds__(kSplitWarps * 32)
@@ -374,6 +396,13 @@ std::atomic<bool>& row_slot(RowKind kind) {
   return kind == RowKind::Fp8 ? fp8 : bf16;
 }
 
+// The one-row kernel for 2-4 rows of x instead of the tensor-core GEMV (BLOOMERY_CUDA_GEMV_ROW_MULTI=1 at
+// start; off until measured).
+std::atomic<bool>& row_multi_slot() {
+  static std::atomic<bool> on{env_is("BLOOMERY_CUDA_GEMV_ROW_MULTI", "1")};
+  return on;
+}
+
 // `rows` when `ok` holds for it, else a refusal naming `who` (a setter or a BLOOMERY_CUDA_* variable) and the
 // allowed counts: the weight-rows-per-warp knobs' one check.
 int checked_rows(int rows, bool ok, const char* who, const char* allowed) {
@@ -414,9 +443,20 @@ int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed) {
                               row_ahead(R));
 }
 
-// One product on the one-row kernel (ks_fixed as in launch_split).
-void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, float* y,
+// One product on the one-row kernel for T rows of x (ks_fixed as in launch_split). Several rows take one
+// weight row a warp and the split-K ways one row would take, so each row of y has its one-row bits.
+void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
                 cudaStream_t s, const Epilogue& e, int ks_fixed) {
+  if (T > 1) {
+    const int ks = row_ways<1>(w, n, ks_fixed);
+    const int64_t per_block = kSplitWarps / ks;
+    const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
+    if (kind == RowKind::Fp8)
+      pdl_launch(gemv_row_multi_k<RowKind::Fp8>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+    else
+      pdl_launch(gemv_row_multi_k<RowKind::Bf16>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+    return;
+  }
   with_row_rows([&](auto rows) {
     constexpr int R = decltype(rows)::value;
     const int ks = row_ways<R>(w, n, ks_fixed);
@@ -429,10 +469,27 @@ void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, co
   });
 }
 
-// Products of one x on the one-row kernel (either kind, in order), in launches of up to kGroupMax (ks_fixed
-// as in launch_split).
-void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x,
+// Products of one x (T rows) on the one-row kernel (either kind, in order), in launches of up to kGroupMax
+// (ks_fixed as in launch_split).
+void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x, int T,
                       cudaStream_t s, int ks_fixed) {
+  if (T > 1) {
+    for (size_t at = 0; at < ps.size(); at += kGroupMax) {
+      const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
+      RowGroupArgs a{};
+      unsigned blocks = 0;
+      a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
+        const int64_t n = static_cast<int64_t>(p.w.rows);
+        return std::pair{n, row_ways<1>(p.w, n, ks_fixed)};
+      });
+      for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
+      pdl_launch(gemv_row_multi_group_k, blocks, kSplitWarps * 32, 0, s, a, x, T);
+      BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products x[" +
+                                 std::to_string(T) + "], first W[" + std::to_string(a.g.w[0].rows) + ", " +
+                                 std::to_string(a.g.w[0].cols) + "]");
+    }
+    return;
+  }
   with_row_rows([&](auto rows) {
     constexpr int R = decltype(rows)::value;
     for (size_t at = 0; at < ps.size(); at += kGroupMax) {
@@ -494,12 +551,13 @@ SplitShape split_shape(int T) {
   return {rows ? rows : heuristic, v >> 8};
 }
 
-// True when a product takes the one-row kernel (its kind in `kind`): switched on for the kind, one row of x,
-// a format and K it reads, and no launch override naming the split-K kernel's rows per warp (split-K ways
-// alone apply to it).
+// True when a product takes the one-row kernel (its kind in `kind`): switched on for the kind, one row of x
+// (or up to kRowMultiMax with row_multi_slot on), a format and K it reads, and no launch override naming the
+// split-K kernel's rows per warp (split-K ways alone apply to it).
 bool takes_row(const DeviceWeight& w, const float* x, int T, RowKind& kind) {
   const bool split_rows_fixed = (launch_override_slot().load(std::memory_order_relaxed) & 0xFF) != 0;
-  return T == 1 && gemv_variant() == 2 && !split_rows_fixed && row_kind_of(w, x, kind) &&
+  const bool rows_ok = T == 1 || (T <= kRowMultiMax && row_multi_slot().load(std::memory_order_relaxed));
+  return rows_ok && gemv_variant() == 2 && !split_rows_fixed && row_kind_of(w, x, kind) &&
          row_slot(kind).load(std::memory_order_relaxed);
 }
 
@@ -546,6 +604,14 @@ int gemv_row_rows() {
 void set_gemv_row_rows(int rows) {
   row_rows_slot().store(checked_rows(rows, valid_row_rows(rows), "set_gemv_row_rows", "1, 2 or 4"),
                         std::memory_order_relaxed);
+}
+
+bool gemv_row_multi() {
+  return row_multi_slot().load(std::memory_order_relaxed);
+}
+
+void set_gemv_row_multi(bool on) {
+  row_multi_slot().store(on, std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {
@@ -597,17 +663,17 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
   std::vector<RowKind> kinds;
   std::vector<GemvProduct> by_width[4];  // indexed by Width
   for (const GemvProduct& p : ps) {
-    if (RowKind k; tc_on && gemv_tc_fits(p.w, x, T)) {
-      tc.push_back(p);
-    } else if (takes_row(p.w, x, T, k)) {
+    if (RowKind k; takes_row(p.w, x, T, k)) {
       row.push_back(p);
       kinds.push_back(k);
+    } else if (tc_on && gemv_tc_fits(p.w, x, T)) {
+      tc.push_back(p);
     } else {
       by_width[static_cast<int>(width_of(p.w.format))].push_back(p);
     }
   }
   if (!tc.empty()) gemv_tc_group(tc, x, T, s);
-  if (!row.empty()) launch_row_group(row, kinds, x, s, shape.ks);
+  if (!row.empty()) launch_row_group(row, kinds, x, T, s, shape.ks);
   // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
   for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
     const std::vector<GemvProduct>& same = by_width[static_cast<int>(W)];
@@ -624,15 +690,16 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
           const Epilogue& e) {
   if (n == 0 || T == 0) return;
-  if (gemv_tc() && gemv_variant() == 2 && gemv_tc_fits(w, x, T))  // BF16 and FP8 on the tensor cores
-    return gemv_tc_product(w, row0, n, x, T, y, s, e);
-  if (RowKind kind; takes_row(w, x, T, kind)) {  // one row of BF16 or FP8-family weights
-    launch_row(kind, w, row0, n, x, y, s, e, split_shape(T).ks);
+  if (RowKind kind; takes_row(w, x, T, kind)) {  // one row (or a few) of BF16 or FP8-family weights
+    launch_row(kind, w, row0, n, x, T, y, s, e, split_shape(T).ks);
     BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv " + std::string(format_name(w.format)) + " W[" +
                                std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] rows " +
-                               std::to_string(row0) + "+" + std::to_string(n));
+                               std::to_string(row0) + "+" + std::to_string(n) + " x[" + std::to_string(T) +
+                               "]");
     return;
   }
+  if (gemv_tc() && gemv_variant() == 2 && gemv_tc_fits(w, x, T))  // BF16 and FP8 on the tensor cores
+    return gemv_tc_product(w, row0, n, x, T, y, s, e);
   const bool x_aligned = (reinterpret_cast<uintptr_t>(x) % 16) == 0;
   const bool split = unit_path(w) && x_aligned && gemv_variant() == 2;  // the kernel with the epilogue
   if (!unit_path(w) || !x_aligned) {

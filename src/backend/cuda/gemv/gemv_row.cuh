@@ -25,6 +25,11 @@ namespace bloomery::cuda {
 
 constexpr int kRowChunk = 128;  // k elements a warp reads with one load (32 lanes × 4)
 
+// Rows of x the kernel takes at most: 1, or kRowMultiMax (a verify's or a few slots' rows, T ≤ 4), where each
+// row of x is read against the same weight loads with that row's own terms, order and reduction, so every row
+// of y has the bits the one-row kernel gives it alone (decode and verify rows agree bit for bit).
+constexpr int kRowMultiMax = 4;
+
 // Weight rows one warp reads against the same loads of x: 1, 2 or 4. With R rows a lane's float4 of x serves
 // R weight words, so the x traffic per weight byte (4 bytes of x per FP8 element at R = 1, which costs an
 // MXFP8 product what a BF16 one costs per element) drops R-fold. Each row's terms, order and reduction do not
@@ -64,19 +69,92 @@ inline int row_split(int64_t row_groups, int64_t chunks, int max_ways, int ahead
   return ks;
 }
 
-// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for one row of x: ks warps share a group of R weight
-// rows, warp wk taking chunks wk, wk + ks, …; their partial sums are added in warp order (fixed, so the bits
-// repeat). `block` is the block's index within this product (a grouped launch runs several products in one
-// grid).
-template <RowKind KD, int kWarpsPerBlock, int R>
+// The partial sum of one lane's 4 elements of a chunk against x's float4 there, as the one-row kernel forms
+// it (the product of the first pair, then FMAs in element order).
+__device__ __forceinline__ float row_quad(const float4& v, const float4& xq) {
+  float p = __fmul_rn(v.x, xq.x);
+  p = fmaf(v.y, xq.y, p);
+  p = fmaf(v.z, xq.z, p);
+  return fmaf(v.w, xq.w, p);
+}
+
+// row_rows for one weight row a warp and T ≤ kRowMultiMax rows of x: the weight chunks come through `load`
+// (q, sr: the row's A chunks ahead), each row of x keeps its own accumulator with the one-row kernel's terms
+// and order, and the split-K partials are reduced in warp order per row.
+template <RowKind KD, int kWarpsPerBlock, int A, class Bits, class Load>
+__device__ __forceinline__ void row_rows_multi(Bits (&q)[A], uint32_t (&sr)[A], const RowScale& sc,
+                                               Load&& load, const float4* xv, int chunks, int wk, int ks,
+                                               bool active, int rows_here, int64_t r_first, int64_t n,
+                                               float* __restrict__ y, const Epilogue& e, float* part, int T,
+                                               uint32_t K) {
+  constexpr bool kFp8 = KD == RowKind::Fp8;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t x_row = K / 4;  // float4s from one row of x to the next
+  float acc[kRowMultiMax];
+#pragma unroll
+  for (int t = 0; t < kRowMultiMax; ++t) acc[t] = 0.0f;
+  for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
+    if (j0 != wk) load(j0);
+#pragma unroll
+    for (int i = 0; i < A; ++i) {
+      const int j = j0 + i * ks;
+      if (j >= chunks) break;
+      float4 v;
+      if constexpr (kFp8)
+        v = e4m3x4_to_f32(q[i]);
+      else
+        v = bf16x4_to_f32(q[i]);
+      float4 xq[kRowMultiMax];
+#pragma unroll
+      for (int t = 0; t < kRowMultiMax; ++t)
+        if (t < T) xq[t] = __ldg(xv + t * x_row + j * 32);
+#pragma unroll
+      for (int t = 0; t < kRowMultiMax; ++t) {
+        if (t >= T) break;
+        const float p = row_quad(v, xq[t]);
+        if constexpr (kFp8)
+          acc[t] = fmaf(sc.value(sr[i]), p, acc[t]);
+        else
+          acc[t] += p;
+      }
+    }
+  }
+  float s[kRowMultiMax];
+#pragma unroll
+  for (int t = 0; t < kRowMultiMax; ++t) s[t] = t < T ? warp_reduce_sum(acc[t]) : 0.0f;
+  if (ks == 1) {
+    if (lane == 0 && rows_here > 0)
+#pragma unroll
+      for (int t = 0; t < kRowMultiMax; ++t)
+        if (t < T) store_product(e, t, y + t * n + r_first, s[t]);
+    return;
+  }
+  if (lane == 0)
+#pragma unroll
+    for (int t = 0; t < kRowMultiMax; ++t) part[warp * kRowMultiMax + t] = s[t];
+  __syncthreads();
+  const int group = warp / ks;
+  if (wk != 0 || lane >= T || rows_here == 0) return;
+  float sum = 0.0f;  // lane t sums row t's partials in warp order
+  for (int i = 0; i < ks; ++i) sum += part[(group * ks + i) * kRowMultiMax + lane];
+  store_product(e, lane, y + lane * n + r_first, sum);
+}
+
+// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for T ≤ TM rows of x (x [T, K], y [T, n]): ks warps
+// share a group of R weight rows, warp wk taking chunks wk, wk + ks, …; their partial sums are added in warp
+// order (fixed, so the bits repeat). `block` is the block's index within this product (a grouped launch runs
+// several products in one grid). TM = 1 holds a batch of x in registers; TM > 1 reads each row's float4 of x
+// at use (L1-resident), since A chunks × TM rows of it would not fit the registers.
+template <RowKind KD, int kWarpsPerBlock, int R, int TM = 1>
 __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, int64_t n,
                                          const float* __restrict__ x, float* __restrict__ y, int ks,
-                                         const Epilogue& e, int64_t block) {
+                                         const Epilogue& e, int64_t block, int T = 1) {
   static_assert(valid_row_rows(R));
+  static_assert(TM == 1 || (TM == kRowMultiMax && R == 1), "several rows of x: one weight row a warp");
   constexpr int A = row_ahead(R);
   constexpr bool kFp8 = KD == RowKind::Fp8;
   using Bits = std::conditional_t<kFp8, uint32_t, uint2>;  // a lane's 4 elements of a chunk
-  __shared__ float part[kWarpsPerBlock * R];
+  __shared__ float part[kWarpsPerBlock * R * TM];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / ks, wk = warp % ks;
   const int64_t r_first = (block * (kWarpsPerBlock / ks) + group) * R;
@@ -117,59 +195,64 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
   pdl_wait();
   pdl_launch_dependents();
   const float4* xv = reinterpret_cast<const float4*>(x) + lane;
-  float acc[R];
+  if constexpr (TM > 1) {
+    row_rows_multi<KD, kWarpsPerBlock, A>(q[0], sr[0], sc[0], load, xv, chunks, wk, ks, active, rows_here,
+                                          r_first, n, y, e, part, T, w.cols);
+  } else {
+    float acc[R];
 #pragma unroll
-  for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f;
-  for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
-    if (j0 != wk) load(j0);
-    float4 xs[A];
+    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f;
+    for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
+      if (j0 != wk) load(j0);
+      float4 xs[A];
 #pragma unroll
-    for (int i = 0; i < A; ++i) {
-      const int j = j0 + i * ks;
-      xs[i] = j < chunks ? __ldg(xv + j * 32) : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
+      for (int i = 0; i < A; ++i) {
+        const int j = j0 + i * ks;
+        xs[i] = j < chunks ? __ldg(xv + j * 32) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
 #pragma unroll
-    for (int i = 0; i < A; ++i) {
-      if (j0 + i * ks >= chunks) break;
+      for (int i = 0; i < A; ++i) {
+        if (j0 + i * ks >= chunks) break;
 #pragma unroll
-      for (int rr = 0; rr < R; ++rr) {
-        float4 v;
-        if constexpr (kFp8)
-          v = e4m3x4_to_f32(q[rr][i]);
-        else
-          v = bf16x4_to_f32(q[rr][i]);
-        float p = __fmul_rn(v.x, xs[i].x);
-        p = fmaf(v.y, xs[i].y, p);
-        p = fmaf(v.z, xs[i].z, p);
-        p = fmaf(v.w, xs[i].w, p);
-        if constexpr (kFp8)
-          acc[rr] = fmaf(sc[rr].value(sr[rr][i]), p, acc[rr]);
-        else
-          acc[rr] += p;
+        for (int rr = 0; rr < R; ++rr) {
+          float4 v;
+          if constexpr (kFp8)
+            v = e4m3x4_to_f32(q[rr][i]);
+          else
+            v = bf16x4_to_f32(q[rr][i]);
+          float p = __fmul_rn(v.x, xs[i].x);
+          p = fmaf(v.y, xs[i].y, p);
+          p = fmaf(v.z, xs[i].z, p);
+          p = fmaf(v.w, xs[i].w, p);
+          if constexpr (kFp8)
+            acc[rr] = fmaf(sc[rr].value(sr[rr][i]), p, acc[rr]);
+          else
+            acc[rr] += p;
+        }
       }
     }
-  }
-  float s[R];
+    float s[R];
 #pragma unroll
-  for (int rr = 0; rr < R; ++rr) s[rr] = warp_reduce_sum(acc[rr]);
-  if (ks == 1) {
+    for (int rr = 0; rr < R; ++rr) s[rr] = warp_reduce_sum(acc[rr]);
+    if (ks == 1) {
+      if (lane == 0)
+#pragma unroll
+        for (int rr = 0; rr < R; ++rr)
+          if (rr < rows_here) store_product(e, 0, y + r_first + rr, s[rr]);
+      return;
+    }
     if (lane == 0)
 #pragma unroll
-      for (int rr = 0; rr < R; ++rr)
-        if (rr < rows_here) store_product(e, 0, y + r_first + rr, s[rr]);
-    return;
-  }
-  if (lane == 0)
+      for (int rr = 0; rr < R; ++rr) part[warp * R + rr] = s[rr];
+    __syncthreads();
+    if (wk != 0 || lane != 0) return;
 #pragma unroll
-    for (int rr = 0; rr < R; ++rr) part[warp * R + rr] = s[rr];
-  __syncthreads();
-  if (wk != 0 || lane != 0) return;
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    if (rr >= rows_here) break;
-    float sum = 0.0f;
-    for (int i = 0; i < ks; ++i) sum += part[(group * ks + i) * R + rr];
-    store_product(e, 0, y + r_first + rr, sum);
+    for (int rr = 0; rr < R; ++rr) {
+      if (rr >= rows_here) break;
+      float sum = 0.0f;
+      for (int i = 0; i < ks; ++i) sum += part[(group * ks + i) * R + rr];
+      store_product(e, 0, y + r_first + rr, sum);
+    }
   }
 }
 
