@@ -59,11 +59,48 @@ class CudaLinear : public BackendPair {
     }
     return ws;
   }
+  // The one-row kernel's grouped-launch parts: both kinds, partial row groups, epilogues.
+  static std::vector<GroupPart> mixed_row_parts() {
+    return {{FormatId::BF16, 330, {}},
+            {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
+            {FormatId::BF16, 3, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
+            {FormatId::MXFP8, 1, {.act = Act::Sigmoid}}};
+  }
+  // One matmul_group of x against ws (spec's epilogues) into NaN-filled outputs; each product's output.
+  std::vector<std::vector<float>> run_group(const std::vector<GroupPart>& spec, const std::vector<Weight>& ws,
+                                            const Tensor& x) {
+    std::vector<Tensor> ys;
+    for (const GroupPart& p : spec) {
+      ys.push_back(gpu_->alloc({x.rows(), p.n}));
+      gpu_->fill(ys.back(), NAN);
+    }
+    std::vector<Backend::Product> ps;
+    for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&ys[i], &ws[i], spec[i].e});
+    gpu_->matmul_group(ps, x);
+    std::vector<std::vector<float>> out;
+    for (const Tensor& y : ys) out.push_back(gpu_->download(y));
+    return out;
+  }
   // A weight of a rows-per-warp test: format, rows, columns.
   struct RowCase {
     FormatId f;
     int64_t n, k;
   };
+  // A RowCase's random stored weight on both backends, and its name for messages.
+  struct RowWeight {
+    std::unique_ptr<StoredWeight> s;
+    Weight wc, wg;
+    std::string shape;
+  };
+  RowWeight row_weight(const RowCase& cs) {
+    RowWeight r;
+    r.s = make_any(cs.f, cs.n, cs.k, rng_);
+    r.wc = cpu_->upload_weight("w", r.s->decoded, {cs.n, cs.k});
+    r.wg = gpu_->upload_stored("w", {cs.n, cs.k}, r.s->wb);
+    r.shape =
+        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    return r;
+  }
   // Defined with the rows-per-warp tests below.
   void expect_rows_per_warp_keep_bits(const std::vector<RowCase>& cases, std::span<const int> rows,
                                       const std::function<void(int)>& set_rows);
@@ -792,11 +829,8 @@ TEST_F(CudaLinear, GemvLaunchOverrideMatchesReference) {
 void CudaLinear::expect_rows_per_warp_keep_bits(const std::vector<RowCase>& cases, std::span<const int> rows,
                                                 const std::function<void(int)>& set_rows) {
   for (const RowCase& cs : cases) {
-    auto s = make_any(cs.f, cs.n, cs.k, rng_);
-    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
-    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
-    const std::string shape =
-        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    const RowWeight rw = row_weight(cs);
+    const auto& [s, wc, wg, shape] = rw;
     const auto x = randn(cs.k);
     Tensor xc = cpu_->upload(x, {1, cs.k}), xg = gpu_->upload(x, {1, cs.k});
     Tensor yc = cpu_->alloc({1, cs.n}), yg = gpu_->alloc({1, cs.n});
@@ -846,10 +880,7 @@ TEST_F(CudaLinear, OneRowKernelRowsPerWarpKeepTheBits) {
                                   {FormatId::MXFP8, 3, 128}},
                                  kRows, [](int r) { cuda::set_gemv_row_rows(r); });
   const int64_t k = 2560;
-  const std::vector<GroupPart> spec = {{FormatId::BF16, 330, {}},
-                                       {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
-                                       {FormatId::BF16, 3, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
-                                       {FormatId::MXFP8, 1, {.act = Act::Sigmoid}}};
+  const std::vector<GroupPart> spec = mixed_row_parts();
   std::vector<std::unique_ptr<StoredWeight>> stored;
   const std::vector<Weight> ws = upload_parts(spec, k, stored);
   gpu_->set_group_products(true);
@@ -859,24 +890,15 @@ TEST_F(CudaLinear, OneRowKernelRowsPerWarpKeepTheBits) {
     std::vector<std::vector<float>> one_row;
     for (int rows : {1, 2, 4}) {
       cuda::set_gemv_row_rows(rows);
-      std::vector<Tensor> grouped;
-      for (const GroupPart& p : spec) {
-        grouped.push_back(gpu_->alloc({1, p.n}));
-        gpu_->fill(grouped.back(), NAN);
+      const auto grouped = run_group(spec, ws, x);
+      if (rows == 1) {
+        one_row = grouped;
+        continue;
       }
-      std::vector<Backend::Product> ps;
-      for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
-      gpu_->matmul_group(ps, x);
-      for (size_t i = 0; i < spec.size(); ++i) {
-        const auto g = gpu_->download(grouped[i]);
-        if (rows == 1) {
-          one_row.push_back(g);
-          continue;
-        }
+      for (size_t i = 0; i < spec.size(); ++i)
         expect_close(
-            g, one_row[i], 0, 0,
+            grouped[i], one_row[i], 0, 0,
             "group product " + std::to_string(i) + " R=" + std::to_string(rows) + " " + launch_name(0, ks));
-      }
     }
   }
   gpu_->set_group_products(false);
@@ -929,11 +951,8 @@ TEST_F(CudaLinear, OneRowKernelOnSeveralRowsOfXGivesEachRowItsOneRowBits) {
     }
   };
   for (const RowCase& cs : cases) {
-    auto s = make_any(cs.f, cs.n, cs.k, rng_);
-    Weight wc = cpu_->upload_weight("w", s->decoded, {cs.n, cs.k});
-    Weight wg = gpu_->upload_stored("w", {cs.n, cs.k}, s->wb);
-    const std::string shape =
-        std::string(format_name(cs.f)) + " [" + std::to_string(cs.n) + ", " + std::to_string(cs.k) + "]";
+    const RowWeight rw = row_weight(cs);
+    const auto& [s, wc, wg, shape] = rw;
     for (int64_t T : {2, 3, 4}) {
       Tensor x = gpu_->upload(randn(T * cs.k), {T, cs.k});
       for (int ks : {0, 1, 2, 4, 8}) {
@@ -956,10 +975,7 @@ TEST_F(CudaLinear, OneRowKernelOnSeveralRowsOfXGivesEachRowItsOneRowBits) {
   }
   // A grouped launch of both kinds with epilogues: each product's rows as that product alone row by row.
   const int64_t k = 2560, T = 3;
-  const std::vector<GroupPart> spec = {{FormatId::BF16, 330, {}},
-                                       {FormatId::MXFP8, 257, {.pre = 0.25f, .act = Act::Silu}},
-                                       {FormatId::BF16, 3, {.pre = 0.25f, .act = Act::Sigmoid, .post = 2.0f}},
-                                       {FormatId::MXFP8, 1, {.act = Act::Sigmoid}}};
+  const std::vector<GroupPart> spec = mixed_row_parts();
   std::vector<std::unique_ptr<StoredWeight>> stored;
   const std::vector<Weight> ws = upload_parts(spec, k, stored);
   gpu_->set_group_products(true);
@@ -967,16 +983,9 @@ TEST_F(CudaLinear, OneRowKernelOnSeveralRowsOfXGivesEachRowItsOneRowBits) {
   Tensor x = gpu_->upload(randn(T * k, 0.5f), {T, k});
   for (int ks : {0, 1, 4}) {
     launch.set(0, ks);
-    std::vector<Tensor> grouped;
-    for (const GroupPart& p : spec) {
-      grouped.push_back(gpu_->alloc({T, p.n}));
-      gpu_->fill(grouped.back(), NAN);
-    }
-    std::vector<Backend::Product> ps;
-    for (size_t i = 0; i < spec.size(); ++i) ps.push_back({&grouped[i], &ws[i], spec[i].e});
-    gpu_->matmul_group(ps, x);
+    const auto grouped = run_group(spec, ws, x);
     for (size_t i = 0; i < spec.size(); ++i) {
-      const auto g = gpu_->download(grouped[i]);
+      const std::vector<float>& g = grouped[i];
       for (int64_t t = 0; t < T; ++t) {
         Tensor xt = gpu_->alloc({1, k}), yt = gpu_->alloc({1, spec[i].n});
         gpu_->copy(xt, x.slice(t, 1));

@@ -436,8 +436,7 @@ void with_row_rows(F&& f) {
 
 // Split-K ways of the one-row kernel for n rows of w, R rows a warp: ks_fixed when set (launch_split's
 // override), else row_split's choice.
-template <int R>
-int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed) {
+int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed, int R) {
   return ks_fixed ? ks_fixed
                   : row_split((n + R - 1) / R, static_cast<int64_t>(w.cols / kRowChunk), kSplitWarps,
                               row_ahead(R));
@@ -448,7 +447,7 @@ int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed) {
 void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
                 cudaStream_t s, const Epilogue& e, int ks_fixed) {
   if (T > 1) {
-    const int ks = row_ways<1>(w, n, ks_fixed);
+    const int ks = row_ways(w, n, ks_fixed, 1);
     const int64_t per_block = kSplitWarps / ks;
     const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
     if (kind == RowKind::Fp8)
@@ -459,7 +458,7 @@ void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, co
   }
   with_row_rows([&](auto rows) {
     constexpr int R = decltype(rows)::value;
-    const int ks = row_ways<R>(w, n, ks_fixed);
+    const int ks = row_ways(w, n, ks_fixed, R);
     const int64_t per_block = kSplitWarps / ks * R;
     const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
     if (kind == RowKind::Fp8)
@@ -469,43 +468,39 @@ void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, co
   });
 }
 
+// The one-row kernel's launch arguments for ps (either kind, in order) in launches of up to kGroupMax, R
+// weight rows a warp (ks_fixed as in launch_split): launch(args, blocks) for each.
+template <class Launch>
+void for_row_groups(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, int R, int ks_fixed,
+                    Launch&& launch) {
+  for (size_t at = 0; at < ps.size(); at += kGroupMax) {
+    const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
+    RowGroupArgs a{};
+    unsigned blocks = 0;
+    a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
+      const int64_t n = static_cast<int64_t>(p.w.rows);
+      return std::pair{(n + R - 1) / R, row_ways(p.w, n, ks_fixed, R)};  // R weight rows a warp group
+    });
+    for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
+    launch(a, blocks);
+    BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products, first W[" +
+                               std::to_string(a.g.w[0].rows) + ", " + std::to_string(a.g.w[0].cols) + "]");
+  }
+}
+
 // Products of one x (T rows) on the one-row kernel (either kind, in order), in launches of up to kGroupMax
 // (ks_fixed as in launch_split).
 void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x, int T,
                       cudaStream_t s, int ks_fixed) {
-  if (T > 1) {
-    for (size_t at = 0; at < ps.size(); at += kGroupMax) {
-      const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
-      RowGroupArgs a{};
-      unsigned blocks = 0;
-      a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
-        const int64_t n = static_cast<int64_t>(p.w.rows);
-        return std::pair{n, row_ways<1>(p.w, n, ks_fixed)};
-      });
-      for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
+  if (T > 1)
+    return for_row_groups(ps, kinds, 1, ks_fixed, [&](const RowGroupArgs& a, unsigned blocks) {
       pdl_launch(gemv_row_multi_group_k, blocks, kSplitWarps * 32, 0, s, a, x, T);
-      BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products x[" +
-                                 std::to_string(T) + "], first W[" + std::to_string(a.g.w[0].rows) + ", " +
-                                 std::to_string(a.g.w[0].cols) + "]");
-    }
-    return;
-  }
+    });
   with_row_rows([&](auto rows) {
     constexpr int R = decltype(rows)::value;
-    for (size_t at = 0; at < ps.size(); at += kGroupMax) {
-      const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
-      RowGroupArgs a{};
-      unsigned blocks = 0;
-      a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
-        const int64_t n = static_cast<int64_t>(p.w.rows);
-        return std::pair{(n + R - 1) / R, row_ways<R>(p.w, n, ks_fixed)};  // R weight rows a warp group
-      });
-      for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
+    for_row_groups(ps, kinds, R, ks_fixed, [&](const RowGroupArgs& a, unsigned blocks) {
       pdl_launch(gemv_row_group_k<R>, blocks, kSplitWarps * 32, 0, s, a, x);
-      BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) +
-                                 " products, first W[" + std::to_string(a.g.w[0].rows) + ", " +
-                                 std::to_string(a.g.w[0].cols) + "]");
-    }
+    });
   });
 }
 
