@@ -25,8 +25,9 @@ set_model_cut
 start=$SECONDS
 tg=(-p 0 -n 32 -d 4096 -r 3)
 
+# TESTS narrows the GPU tests (a short call: the new kernels' tests and GoldenCuda).
 timeout 120 $B/bin/test_gpu --gtest_brief=1 \
-  --gtest_filter='CudaLinear.*:BlockOps.*:CudaOps.*:*GoldenCuda*:-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*:*Sweep*' \
+  --gtest_filter="${TESTS:-CudaLinear.*:BlockOps.*:CudaOps.*:*GoldenCuda*}:-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*:*Sweep*" \
   > $out/gpu-tests.txt 2>&1
 echo "gpu tests rc=$? at $((SECONDS - start)) s"; grep -E "FAILED|PASSED|tests ran|Failure" $out/gpu-tests.txt | head -20
 pack
