@@ -1,5 +1,6 @@
 // Matmul, norms, elementwise, router and experts against naive loops.
 #include <cmath>
+#include <cstring>
 
 #include <gtest/gtest.h>
 
@@ -39,6 +40,39 @@ TEST(CpuOps, MatmulMatchesNaiveAndIsThreadCountInvariant) {
     auto part = be->download(y2);
     for (int64_t t = 0; t < T; ++t)
       for (int64_t j = 0; j < 7; ++j) EXPECT_EQ(part[t * 7 + j], got[t * N + 10 + j]);
+  }
+}
+
+// The matmul's sums in the order it documents (16 partial sums over k, their sum, then the tail), whatever
+// clone of its dot product the CPU runs (an AVX2 one where present): the bits are those of this scalar loop,
+// for lengths with and without a tail, several tokens and a block of weight rows.
+TEST(CpuOps, MatmulBitsAreTheSixteenPartialSumsInOrder) {
+  const auto dot16 = [](const float* a, const float* b, int64_t K) {
+    float acc[16] = {};
+    int64_t k = 0;
+    for (; k + 16 <= K; k += 16)
+      for (int j = 0; j < 16; ++j) acc[j] = acc[j] + a[k + j] * b[k + j];
+    float tail = 0.0f;
+    for (; k < K; ++k) tail = tail + a[k] * b[k];
+    float s = 0.0f;
+    for (int j = 0; j < 16; ++j) s = s + acc[j];
+    return s + tail;
+  };
+  auto be = make_cpu_backend(2);
+  for (int64_t K : {16, 70, 256, 1000}) {
+    const int64_t T = 9, N = 37;
+    auto xv = randv(T * K, 3), wv = randv(N * K, 4);
+    Weight w = be->upload_weight("w", wv, {N, K});
+    Tensor x = be->upload(xv, {T, K});
+    Tensor y = be->alloc({T, N - 5});
+    be->matmul_rows(y, x, w, 5, N - 5);
+    const auto got = be->download(y);
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t n = 0; n < N - 5; ++n) {
+        const float want = dot16(xv.data() + t * K, wv.data() + (n + 5) * K, K);
+        ASSERT_EQ(0, std::memcmp(&want, &got[t * (N - 5) + n], 4))
+            << "K " << K << " token " << t << " row " << n << ": " << got[t * (N - 5) + n] << " vs " << want;
+      }
   }
 }
 
