@@ -51,12 +51,18 @@ void CpuBackend::moe_experts(Tensor& out, const Tensor& x, const Tensor& ids, co
   const int64_t I = experts[ids.i32()[0]].gate->rows();
   // Each (token, slot) pair computes its expert's output into its own row; rows are summed in slot order
   // after, so the result does not depend on the thread count.
+  // Pairs are visited grouped by expert (stable within one), so the pairs that share an expert run back to
+  // back and find its weights in cache; each still writes only its own row.
   std::vector<float> partial(static_cast<size_t>(T * k * D));
+  std::vector<int64_t> by_expert(static_cast<size_t>(T * k));
+  std::iota(by_expert.begin(), by_expert.end(), 0);
+  std::stable_sort(by_expert.begin(), by_expert.end(),
+                   [&](int64_t a, int64_t b) { return ids.i32()[a] < ids.i32()[b]; });
   const float* X = x.f32();
   owned_pool_->parallel_for(T * k, [&](int64_t i0, int64_t i1) {
     std::vector<float> g(I), u(I);
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t t = i / k;
+    for (int64_t at = i0; at < i1; ++at) {
+      const int64_t i = by_expert[at], t = i / k;
       const ExpertWeights& ew = experts[ids.i32()[i]];
       BLOOMERY_NEED(
           ew.gate->rows() == I && ew.gate->cols() == D && ew.down->rows() == D && ew.down->cols() == I,
