@@ -61,13 +61,20 @@ void end_catch_up(SequenceState& st, int64_t n) {
   st.draft_next.erase(st.draft_next.begin(), st.draft_next.begin() + n);
 }
 
-// Runs the draft layer over the first n queued rows and drops them from the queue; the rows' logits only
-// when asked (DraftEntry::logits).
-ForwardResult catch_up(Model& model, Backend& be, SequenceState& st, int64_t n, bool logits) {
-  CatchUp c = begin_catch_up(be, st, n);
-  const Model::DraftEntry entry{&st, c.hidden, c.next, logits};
-  ForwardResult r = std::move(model.draft_batch(be, std::span(&entry, 1))[0]);
-  end_catch_up(st, n);
+// One draft pass over every queued row of each state whose next token is known (all of them in one
+// Model::draft_batch), the rows then dropped from its queue; the rows' logits only when asked
+// (DraftEntry::logits). Every state must have such rows.
+std::vector<ForwardResult> catch_up_all(Model& model, Backend& be, std::span<SequenceState* const> states,
+                                        bool logits) {
+  std::vector<CatchUp> ups;
+  for (SequenceState* st : states)
+    ups.push_back(begin_catch_up(be, *st, static_cast<int64_t>(st->draft_next.size())));
+  std::vector<Model::DraftEntry> entries;
+  for (size_t i = 0; i < states.size(); ++i)
+    entries.push_back({states[i], ups[i].hidden, ups[i].next, logits});
+  std::vector<ForwardResult> r = model.draft_batch(be, entries);
+  for (size_t i = 0; i < states.size(); ++i)
+    end_catch_up(*states[i], static_cast<int64_t>(ups[i].next.size()));
   return r;
 }
 
@@ -100,24 +107,16 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
 }
 
 ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool logits) {
-  const int64_t known = static_cast<int64_t>(st.draft_next.size());
-  return known > 0 ? catch_up(model, be, st, known, logits) : ForwardResult{};
+  if (st.draft_next.empty()) return ForwardResult{};
+  SequenceState* const one[] = {&st};
+  return std::move(catch_up_all(model, be, one, logits)[0]);
 }
 
 void draft_catch_up_batch(Model& model, Backend& be, std::span<SequenceState* const> states) {
   std::vector<SequenceState*> live;
-  std::vector<CatchUp> ups;
-  for (SequenceState* st : states) {
-    const int64_t known = static_cast<int64_t>(st->draft_next.size());
-    if (known == 0) continue;
-    ups.push_back(begin_catch_up(be, *st, known));
-    live.push_back(st);
-  }
-  if (live.empty()) return;
-  std::vector<Model::DraftEntry> entries;
-  for (size_t i = 0; i < live.size(); ++i) entries.push_back({live[i], ups[i].hidden, ups[i].next, false});
-  model.draft_batch(be, entries);
-  for (size_t i = 0; i < live.size(); ++i) end_catch_up(*live[i], static_cast<int64_t>(ups[i].next.size()));
+  for (SequenceState* st : states)
+    if (!st->draft_next.empty()) live.push_back(st);
+  if (!live.empty()) catch_up_all(model, be, live, false);
 }
 
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,
@@ -140,20 +139,16 @@ std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st,
 void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, const DraftOptions& opt) {
   // Each job's catch-up over its queue ending in its pending token, all in one pass.
   std::vector<DraftJob*> live;
-  std::vector<CatchUp> ups;
+  std::vector<SequenceState*> states;
   for (DraftJob& job : jobs) {
     job.drafts.clear();
     if (job.k <= 0 || job.state->draft_rows.empty()) continue;
     job.state->draft_next.push_back(job.pending);
-    ups.push_back(begin_catch_up(be, *job.state, static_cast<int64_t>(job.state->draft_next.size())));
     live.push_back(&job);
+    states.push_back(job.state);
   }
   if (live.empty()) return;
-  std::vector<Model::DraftEntry> entries;
-  for (size_t i = 0; i < live.size(); ++i) entries.push_back({live[i]->state, ups[i].hidden, ups[i].next});
-  std::vector<ForwardResult> r = model.draft_batch(be, entries);
-  for (size_t i = 0; i < live.size(); ++i)
-    end_catch_up(*live[i]->state, static_cast<int64_t>(ups[i].next.size()));
+  std::vector<ForwardResult> r = catch_up_all(model, be, states, true);
   // Then one draft step a pass for every sequence still drafting, its picks in one call.
   for (int j = 0; !live.empty(); ++j) {
     std::vector<int32_t> ids(live.size(), -1);
@@ -177,7 +172,7 @@ void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, co
     }
     live = std::move(next_live);
     if (live.empty()) break;
-    entries.clear();
+    std::vector<Model::DraftEntry> entries;
     for (size_t i = 0; i < live.size(); ++i)
       entries.push_back({live[i]->state, next_hidden[i], std::span(&next_ids[i], 1)});
     r = model.draft_batch(be, entries);

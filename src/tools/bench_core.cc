@@ -358,12 +358,13 @@ std::vector<BenchRow> run_bench_grid(Backend& backend, Model& model, const Bench
         BenchRow r = start_row("tg", n, d, c);
         const std::function<void(bool)>& toggle = p.graphs_ab ? hooks.set_step_graphs : hooks.set_ab;
         const bool ab = (p.graphs_ab || !p.ab.empty()) && toggle;
+        const std::string candidate = p.graphs_ab ? std::string("+graphs") : "+" + p.ab;  // B rows' suffix
         BenchRow g = r;
-        g.test += p.graphs_ab ? std::string("+graphs") : "+" + p.ab;
+        g.test += candidate;
         std::vector<BenchRow> spec = spec_rows_of(r);
         // With --ab the spec rows run in both settings too, each against its own tg row.
         std::vector<BenchRow> spec_g = ab ? spec_rows_of(g) : std::vector<BenchRow>{};
-        for (BenchRow& s : spec_g) s.test += p.graphs_ab ? std::string("+graphs") : "+" + p.ab;
+        for (BenchRow& s : spec_g) s.test += candidate;
         if (!r.skipped) {
           run.grow_pool(c, d, tg_total * (ab ? 2 : 1));
           const bool profiled = p.profile_tg && hooks.profile_range;
