@@ -261,21 +261,13 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   split_rows<W, R, kXOnce>(g.w[i], 0, g.n[i], x, T, g.y[i], g.ks[i], g.e[i], blockIdx.x - g.first[i]);
 }
 
-// One row of x against BF16 or FP8-family weights (gemv_row.cuh), R weight rows a warp: a product, or a group
-// of them in one grid.
-template <RowKind KD, int R>
+// T ≤ TM rows of x against BF16 or FP8-family weights (gemv_row.cuh), R weight rows a warp: a product, or a
+// group of them in one grid.
+template <RowKind KD, int R, int TM>
 __global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, float* __restrict__ y,
-               int ks, Epilogue e) {
-  row_rows<KD, kSplitWarps, R>(w, row0, n, x, y, ks, e, blockIdx.x);
-}
-
-// The one-row kernel for 2-4 rows of x (one weight row a warp, each row of y with its one-row bits).
-template <RowKind KD>
-__global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_row_multi_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
-                     float* __restrict__ y, int ks, Epilogue e) {
-  row_rows<KD, kSplitWarps, 1, kRowMultiMax>(w, row0, n, x, y, ks, e, blockIdx.x, T);
+    gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
+               float* __restrict__ y, int ks, Epilogue e) {
+  row_rows<KD, kSplitWarps, R, TM>(w, row0, n, x, y, ks, e, blockIdx.x, T);
 }
 
 // A group's products on the one-row kernel: both kinds in one grid (the MoE router group and the HC down +
@@ -285,32 +277,18 @@ struct RowGroupArgs {
   bool fp8[kGroupMax];
 };
 
-// The same for 2-4 rows of x.
+template <int R, int TM>
 __global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_row_multi_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x, int T) {
+    gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x, int T) {
   const GroupArgs& g = a.g;
   int i = 0;
   while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
   if (a.fp8[i])
-    row_rows<RowKind::Fp8, kSplitWarps, 1, kRowMultiMax>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                                         blockIdx.x - g.first[i], T);
+    row_rows<RowKind::Fp8, kSplitWarps, R, TM>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                               blockIdx.x - g.first[i], T);
   else
-    row_rows<RowKind::Bf16, kSplitWarps, 1, kRowMultiMax>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                                          blockIdx.x - g.first[i], T);
-}
-
-template <int R>
-__global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x) {
-  const GroupArgs& g = a.g;
-  int i = 0;
-  while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
-  if (a.fp8[i])
-    row_rows<RowKind::Fp8, kSplitWarps, R>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                           blockIdx.x - g.first[i]);
-  else
-    row_rows<RowKind::Bf16, kSplitWarps, R>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                            blockIdx.x - g.first[i]);
+    row_rows<RowKind::Bf16, kSplitWarps, R, TM>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                                blockIdx.x - g.first[i], T);
 }
 
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
@@ -442,29 +420,26 @@ int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed, int R) {
                               row_ahead(R));
 }
 
+// One product on the one-row kernel, R weight rows a warp, T ≤ TM rows of x (ks_fixed as in launch_split).
+template <int R, int TM>
+void launch_row_rows(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
+                     float* y, cudaStream_t s, const Epilogue& e, int ks_fixed) {
+  const int ks = row_ways(w, n, ks_fixed, R);
+  const int64_t per_block = kSplitWarps / ks * R;
+  const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
+  if (kind == RowKind::Fp8)
+    pdl_launch(gemv_row_k<RowKind::Fp8, R, TM>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+  else
+    pdl_launch(gemv_row_k<RowKind::Bf16, R, TM>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+}
+
 // One product on the one-row kernel for T rows of x (ks_fixed as in launch_split). Several rows take one
 // weight row a warp and the split-K ways one row would take, so each row of y has its one-row bits.
 void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
                 cudaStream_t s, const Epilogue& e, int ks_fixed) {
-  if (T > 1) {
-    const int ks = row_ways(w, n, ks_fixed, 1);
-    const int64_t per_block = kSplitWarps / ks;
-    const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
-    if (kind == RowKind::Fp8)
-      pdl_launch(gemv_row_multi_k<RowKind::Fp8>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
-    else
-      pdl_launch(gemv_row_multi_k<RowKind::Bf16>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
-    return;
-  }
+  if (T > 1) return launch_row_rows<1, kRowMultiMax>(kind, w, row0, n, x, T, y, s, e, ks_fixed);
   with_row_rows([&](auto rows) {
-    constexpr int R = decltype(rows)::value;
-    const int ks = row_ways(w, n, ks_fixed, R);
-    const int64_t per_block = kSplitWarps / ks * R;
-    const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
-    if (kind == RowKind::Fp8)
-      pdl_launch(gemv_row_k<RowKind::Fp8, R>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
-    else
-      pdl_launch(gemv_row_k<RowKind::Bf16, R>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
+    launch_row_rows<decltype(rows)::value, 1>(kind, w, row0, n, x, T, y, s, e, ks_fixed);
   });
 }
 
@@ -494,12 +469,12 @@ void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> 
                       cudaStream_t s, int ks_fixed) {
   if (T > 1)
     return for_row_groups(ps, kinds, 1, ks_fixed, [&](const RowGroupArgs& a, unsigned blocks) {
-      pdl_launch(gemv_row_multi_group_k, blocks, kSplitWarps * 32, 0, s, a, x, T);
+      pdl_launch(gemv_row_group_k<1, kRowMultiMax>, blocks, kSplitWarps * 32, 0, s, a, x, T);
     });
   with_row_rows([&](auto rows) {
     constexpr int R = decltype(rows)::value;
     for_row_groups(ps, kinds, R, ks_fixed, [&](const RowGroupArgs& a, unsigned blocks) {
-      pdl_launch(gemv_row_group_k<R>, blocks, kSplitWarps * 32, 0, s, a, x);
+      pdl_launch(gemv_row_group_k<R, 1>, blocks, kSplitWarps * 32, 0, s, a, x, T);
     });
   });
 }

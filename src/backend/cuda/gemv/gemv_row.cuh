@@ -69,13 +69,28 @@ inline int row_split(int64_t row_groups, int64_t chunks, int max_ways, int ahead
   return ks;
 }
 
-// The partial sum of one lane's 4 elements of a chunk against x's float4 there, as the one-row kernel forms
-// it (the product of the first pair, then FMAs in element order).
-__device__ __forceinline__ float row_quad(const float4& v, const float4& xq) {
+// The partial sum of one lane's 4 elements of a chunk (its stored bits q) against x's float4 there, as the
+// one-row kernel forms it (the product of the first pair, then FMAs in element order).
+template <RowKind KD, class Bits>
+__device__ __forceinline__ float row_quad(const Bits& q, const float4& xq) {
+  float4 v;
+  if constexpr (KD == RowKind::Fp8)
+    v = e4m3x4_to_f32(q);
+  else
+    v = bf16x4_to_f32(q);
   float p = __fmul_rn(v.x, xq.x);
   p = fmaf(v.y, xq.y, p);
   p = fmaf(v.z, xq.z, p);
   return fmaf(v.w, xq.w, p);
+}
+
+// A chunk's partial sum into a row's accumulator: scaled by the chunk's FP8 scale (raw bits sr), or added.
+template <RowKind KD>
+__device__ __forceinline__ float row_add(float acc, float p, const RowScale& sc, uint32_t sr) {
+  if constexpr (KD == RowKind::Fp8)
+    return fmaf(sc.value(sr), p, acc);
+  else
+    return acc + p;
 }
 
 // row_rows for one weight row a warp and T ≤ kRowMultiMax rows of x: the weight chunks come through `load`
@@ -87,7 +102,6 @@ __device__ __forceinline__ void row_rows_multi(Bits (&q)[A], uint32_t (&sr)[A], 
                                                bool active, int rows_here, int64_t r_first, int64_t n,
                                                float* __restrict__ y, const Epilogue& e, float* part, int T,
                                                uint32_t K) {
-  constexpr bool kFp8 = KD == RowKind::Fp8;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int64_t x_row = K / 4;  // float4s from one row of x to the next
   float acc[kRowMultiMax];
@@ -99,11 +113,6 @@ __device__ __forceinline__ void row_rows_multi(Bits (&q)[A], uint32_t (&sr)[A], 
     for (int i = 0; i < A; ++i) {
       const int j = j0 + i * ks;
       if (j >= chunks) break;
-      float4 v;
-      if constexpr (kFp8)
-        v = e4m3x4_to_f32(q[i]);
-      else
-        v = bf16x4_to_f32(q[i]);
       float4 xq[kRowMultiMax];
 #pragma unroll
       for (int t = 0; t < kRowMultiMax; ++t)
@@ -111,11 +120,7 @@ __device__ __forceinline__ void row_rows_multi(Bits (&q)[A], uint32_t (&sr)[A], 
 #pragma unroll
       for (int t = 0; t < kRowMultiMax; ++t) {
         if (t >= T) break;
-        const float p = row_quad(v, xq[t]);
-        if constexpr (kFp8)
-          acc[t] = fmaf(sc.value(sr[i]), p, acc[t]);
-        else
-          acc[t] += p;
+        acc[t] = row_add<KD>(acc[t], row_quad<KD>(q[i], xq[t]), sc, sr[i]);
       }
     }
   }
@@ -214,21 +219,8 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
       for (int i = 0; i < A; ++i) {
         if (j0 + i * ks >= chunks) break;
 #pragma unroll
-        for (int rr = 0; rr < R; ++rr) {
-          float4 v;
-          if constexpr (kFp8)
-            v = e4m3x4_to_f32(q[rr][i]);
-          else
-            v = bf16x4_to_f32(q[rr][i]);
-          float p = __fmul_rn(v.x, xs[i].x);
-          p = fmaf(v.y, xs[i].y, p);
-          p = fmaf(v.z, xs[i].z, p);
-          p = fmaf(v.w, xs[i].w, p);
-          if constexpr (kFp8)
-            acc[rr] = fmaf(sc[rr].value(sr[rr][i]), p, acc[rr]);
-          else
-            acc[rr] += p;
-        }
+        for (int rr = 0; rr < R; ++rr)
+          acc[rr] = row_add<KD>(acc[rr], row_quad<KD>(q[rr][i], xs[i]), sc[rr], sr[rr][i]);
       }
     }
     float s[R];
