@@ -1,6 +1,7 @@
 // Row bookkeeping shared by the families' forward_batch (see batch_rows.h).
 #include "models/batch_rows.h"
 
+#include <algorithm>
 #include <string>
 
 #include "core/error.h"
@@ -60,23 +61,10 @@ std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::Batc
                                         const std::function<Tensor(const Tensor&)>& head_in,
                                         const std::function<Tensor(const Tensor&)>& head_out) {
   // Which rows want logits: all of an entry's, or its last.
-  int64_t R = 0;
-  bool every_row = true;
-  for (size_t i = 0; i < entries.size(); ++i) {
-    R += entries[i].all_logits ? b.e[i].T : 1;
-    every_row = every_row && (entries[i].all_logits || b.e[i].T == 1);
-  }
-  Tensor sel = hidden;
-  if (!every_row) {
-    sel = be.alloc({R, hidden.cols()});
-    int64_t k = 0;
-    for (size_t i = 0; i < entries.size(); ++i) {
-      const int64_t n = entries[i].all_logits ? b.e[i].T : 1;
-      Tensor dst = sel.slice(k, n);
-      be.copy(dst, hidden.slice(b.e[i].r0 + b.e[i].T - n, n));
-      k += n;
-    }
-  }
+  std::vector<int64_t> n;
+  for (size_t i = 0; i < entries.size(); ++i) n.push_back(entries[i].all_logits ? b.e[i].T : 1);
+  const Tensor sel = head_rows(be, hidden, b.e, n);
+  const int64_t R = sel.rows();
   Tensor x = head_in ? head_in(sel) : sel;
   Tensor logits = be.alloc({R, head.rows()});
   be.matmul(logits, x, head);
@@ -84,12 +72,41 @@ std::vector<ForwardResult> batch_logits(Backend& be, std::span<const Model::Batc
   std::vector<ForwardResult> out(entries.size());
   int64_t k = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
-    const int64_t n = entries[i].all_logits ? b.e[i].T : 1;
-    out[i].logits = logits.slice(k, n);
+    out[i].logits = logits.slice(k, n[i]);
     out[i].hidden = hidden.slice(b.e[i].r0, b.e[i].T);
-    k += n;
+    k += n[i];
   }
   return out;
+}
+
+Tensor head_rows(Backend& be, const Tensor& hidden, std::span<const EntryRows> e,
+                 std::span<const int64_t> n) {
+  int64_t R = 0;
+  bool every_row = true;
+  for (size_t i = 0; i < e.size(); ++i) {
+    R += n[i];
+    every_row = every_row && n[i] == e[i].T;
+  }
+  if (every_row) return hidden;
+  Tensor sel = be.alloc({R, hidden.cols()});
+  int64_t k = 0;
+  for (size_t i = 0; i < e.size(); ++i) {
+    if (n[i] == 0) continue;
+    Tensor dst = sel.slice(k, n[i]);
+    be.copy(dst, hidden.slice(e[i].r0 + e[i].T - n[i], n[i]));
+    k += n[i];
+  }
+  return sel;
+}
+
+std::vector<int64_t> draft_head_counts(std::span<const Model::DraftEntry> entries, const DraftRows& d) {
+  std::vector<int64_t> n;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    using L = Model::DraftEntry::Logits;
+    const L l = entries[i].logits;
+    n.push_back(l == L::All ? d.e[i].T : l == L::Last ? std::min<int64_t>(d.e[i].T, 1) : 0);
+  }
+  return n;
 }
 
 DraftRows draft_rows(Backend& be, std::span<const Model::DraftEntry> entries, int64_t width,
@@ -128,11 +145,14 @@ DraftRows draft_rows(Backend& be, std::span<const Model::DraftEntry> entries, in
 
 std::vector<ForwardResult> draft_results(std::span<const Model::DraftEntry> entries, const DraftRows& d,
                                          const Tensor& hidden, const Tensor& logits) {
+  const std::vector<int64_t> n = draft_head_counts(entries, d);
   std::vector<ForwardResult> out(entries.size());
+  int64_t k = 0;
   for (size_t i = 0; i < entries.size(); ++i) {
     entries[i].state->draft_pos += d.e[i].T;
     out[i].hidden = hidden.slice(d.e[i].r0, d.e[i].T);
-    if (logits.defined()) out[i].logits = logits.slice(d.e[i].r0, d.e[i].T);
+    if (logits.defined() && n[i] > 0) out[i].logits = logits.slice(k, n[i]);
+    k += n[i];
   }
   return out;
 }

@@ -58,8 +58,18 @@ struct DraftRows {
 DraftRows draft_rows(Backend& be, std::span<const Model::DraftEntry> entries, int64_t width,
                      std::string_view what, const std::function<int64_t(const SequenceState&)>& cache_rows);
 
+// The rows of `hidden` that go through a head: the last n[i] rows of each entry's range e[i], stacked;
+// `hidden` itself (no copy) when that is every row.
+Tensor head_rows(Backend& be, const Tensor& hidden, std::span<const EntryRows> e, std::span<const int64_t> n);
+
+// How many of each draft entry's rows go through the head (DraftEntry::logits: none, its last, all), so that
+// a proposal's catch-up over several rows makes one head row, not one a row. All zero: the pass skips the
+// head.
+std::vector<int64_t> draft_head_counts(std::span<const Model::DraftEntry> entries, const DraftRows& d);
+
 // After a draft pass: every entry's draft_pos moves past its rows, and its result is its rows of the pass's
-// hidden and logits (views).
+// hidden (a view) and its head rows of `logits` (the rows head_rows took with draft_head_counts, in entry
+// order; none when `logits` is undefined or the entry wanted none).
 std::vector<ForwardResult> draft_results(std::span<const Model::DraftEntry> entries, const DraftRows& d,
                                          const Tensor& hidden, const Tensor& logits);
 

@@ -475,8 +475,10 @@ class Glm5Next final : public BatchedModel {
     for (size_t i = 0; i < entries.size(); ++i)
       report_ties(static_cast<GlmState&>(*entries[i].state), ties_before[i]);
     if (!any_logits(entries)) return draft_results(entries, d, x, Tensor());  // a catch-up: no head
+    const std::vector<int64_t> heads = draft_head_counts(entries, d);
     // Its own head is cut like lm_head, so either is this rank's vocabulary share when lm_head is.
-    const Tensor logits = tp_.head_logits(be, x, *nextn_.head, split_head(), "draft vocabulary all-gather");
+    const Tensor logits = tp_.head_logits(be, head_rows(be, x, d.e, heads), *nextn_.head, split_head(),
+                                          "draft vocabulary all-gather");
     return draft_results(entries, d, x, logits);
   }
 

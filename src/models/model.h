@@ -226,15 +226,16 @@ class Model {
     SequenceState* state;
     Tensor hidden;
     std::span<const int32_t> next_ids;
-    // False for a catch-up, which wants only the draft layer's caches and hidden: when no entry of a pass
-    // wants logits, the pass skips the head (a vocabulary-wide product for every row; a prompt chunk's
-    // catch-up would otherwise make rows × vocabulary logits nobody reads) and returns none.
-    bool logits = true;
+    // Which rows go through the head. A catch-up wants only the draft layer's caches and hidden (None: a
+    // pass where no entry wants logits skips the head, a vocabulary-wide product a row, and returns none); a
+    // proposal reads only its last row (Last: one head row, not one for every caught-up row); All for
+    // draft()'s callers, which check every row against a reference.
+    enum class Logits { None, Last, All } logits = Logits::All;
   };
-  // True when some entry of a draft pass wants its logits (DraftEntry::logits).
+  // True when some entry of a draft pass wants logits (DraftEntry::logits).
   static bool any_logits(std::span<const DraftEntry> entries) {
     for (const DraftEntry& e : entries)
-      if (e.logits) return true;
+      if (e.logits != DraftEntry::Logits::None) return true;
     return false;
   }
   // The draft layer over several sequences in one pass (their rows stacked, so each weight is read once; the

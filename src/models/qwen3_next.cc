@@ -274,8 +274,9 @@ class Qwen3Next final : public BatchedModel {
     Tensor out = be.alloc({T, c_.D});
     be.rms_norm(out, h, mtp_norm_, c_.eps, NormKind::OnePlus);
     if (!any_logits(entries)) return draft_results(entries, d, out, Tensor());  // a catch-up: no head
-    const Tensor logits =
-        tp_.head_logits(be, out, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
+    const std::vector<int64_t> heads = draft_head_counts(entries, d);
+    const Tensor logits = tp_.head_logits(be, head_rows(be, out, d.e, heads), *lm_head_, tp_.on() && !c_.tie,
+                                          "draft vocabulary all-gather");
     return draft_results(entries, d, out, logits);
   }
 

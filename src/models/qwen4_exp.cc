@@ -430,7 +430,9 @@ class Qwen4Exp final : public BatchedModel {
       report_ties(static_cast<Qwen4State&>(*entries[i].state), ties_before[i]);
 
     if (!any_logits(entries)) return draft_results(entries, d, X, Tensor());  // a catch-up: no head
-    Tensor h = hc_read(be, draft_.mixer, X, nullptr, xn);
+    const std::vector<int64_t> heads = draft_head_counts(entries, d);
+    Tensor h =
+        hc_read(be, draft_.mixer, head_rows(be, X, d.e, heads), nullptr, head_rows(be, xn, d.e, heads));
     const Tensor logits =
         tp_.head_logits(be, h, *lm_head_, tp_.on() && !c_.tie, "draft vocabulary all-gather");
     return draft_results(entries, d, X, logits);

@@ -187,12 +187,16 @@ bool ModelStepEngine::restore(SequenceState& state, const StateCheckpoint& snaps
 }
 
 // The draft layer over the rows the plain (not speculative) items just committed, for all of them in one
-// pass: their draft caches must follow the sequence so that drafting can start at any step.
+// pass: prompt chunks at once (their hiddens are large), one-token decode rows once their queue holds
+// DraftOptions::defer_rows (until then the next proposal catches them up in its own pass).
 void ModelStepEngine::catch_up_drafts(std::span<StepItem* const> items) {
   if (!drafting_ || draft_options_.source != DraftOptions::Source::Mtp) return;
   std::vector<SequenceState*> states;
-  for (StepItem* it : items)
-    if (!it->speculative) states.push_back(it->state);
+  for (StepItem* it : items) {
+    const bool chunk = it->ids.size() > 1;
+    const bool full = std::ssize(it->state->draft_next) >= draft_options_.defer_rows;
+    if (!it->speculative && (chunk || full)) states.push_back(it->state);
+  }
   draft_catch_up_batch(model_, backend_, states);
 }
 

@@ -62,10 +62,10 @@ void end_catch_up(SequenceState& st, int64_t n) {
 }
 
 // One draft pass over every queued row of each state whose next token is known (all of them in one
-// Model::draft_batch), the rows then dropped from its queue; the rows' logits only when asked
-// (DraftEntry::logits). Every state must have such rows.
+// Model::draft_batch), the rows then dropped from its queue; logits as asked (DraftEntry::logits). Every
+// state must have such rows.
 std::vector<ForwardResult> catch_up_all(Model& model, Backend& be, std::span<SequenceState* const> states,
-                                        bool logits) {
+                                        Model::DraftEntry::Logits logits) {
   std::vector<CatchUp> ups;
   for (SequenceState* st : states)
     ups.push_back(begin_catch_up(be, *st, static_cast<int64_t>(st->draft_next.size())));
@@ -106,7 +106,7 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
   if (catch_up_now) draft_catch_up(model, be, st);
 }
 
-ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool logits) {
+ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, Model::DraftEntry::Logits logits) {
   if (st.draft_next.empty()) return ForwardResult{};
   SequenceState* const one[] = {&st};
   return std::move(catch_up_all(model, be, one, logits)[0]);
@@ -116,7 +116,7 @@ void draft_catch_up_batch(Model& model, Backend& be, std::span<SequenceState* co
   std::vector<SequenceState*> live;
   for (SequenceState* st : states)
     if (!st->draft_next.empty()) live.push_back(st);
-  if (!live.empty()) catch_up_all(model, be, live, false);
+  if (!live.empty()) catch_up_all(model, be, live, Model::DraftEntry::Logits::None);
 }
 
 std::vector<int32_t> draft_propose(Model& model, Backend& be, SequenceState& st, int32_t pending, int k,
@@ -148,7 +148,8 @@ void draft_propose_batch(Model& model, Backend& be, std::span<DraftJob> jobs, co
     states.push_back(job.state);
   }
   if (live.empty()) return;
-  std::vector<ForwardResult> r = catch_up_all(model, be, states, true);
+  // Each proposal reads only its last row's logits: one head row a sequence, however many rows it caught up.
+  std::vector<ForwardResult> r = catch_up_all(model, be, states, Model::DraftEntry::Logits::Last);
   // Then one draft step a pass for every sequence still drafting, its picks in one call.
   for (int j = 0; !live.empty(); ++j) {
     std::vector<int32_t> ids(live.size(), -1);

@@ -23,7 +23,14 @@ struct DraftOptions {
   enum class Source { Mtp, Ngram } source = Source::Mtp;
   int ngram_max = 4;  // Ngram: the longest suffix looked up (then shorter ones, down to ngram_min)
   int ngram_min = 1;
-  int n_max = 3;       // most drafts per round (1 … 8)
+  int n_max = 3;  // most drafts per round (1 … 8)
+  // A one-token decode row the draft layer has not run over waits in the sequence's queue until it holds
+  // this many such rows (ModelStepEngine::catch_up_drafts); the next proposal's catch-up runs over the whole
+  // queue in its one pass (draft_propose_batch). So a slot that is not drafting (adaptive width 0) runs the
+  // draft layer once every probe or every defer_rows tokens, not every step, and a request that ends
+  // without drafting again never runs it for those rows. 0: every step, as the rows come. The bound keeps
+  // the queued hiddens (a step's batch hidden each) few.
+  int defer_rows = 32;
   float p_min = 0.0f;  // stop drafting when the draft's top probability falls below this
   // Test hook: the draft at position `pos` (the j-th of its round, 0-based) may be replaced (to force accepts
   // or rejects). Called before the draft is fed to the next draft step.
@@ -41,8 +48,9 @@ void draft_feed(Model& model, Backend& be, SequenceState& st, const Tensor& hidd
 
 // Runs the draft layer over every queued row whose next token is known (what draft_feed does with
 // catch_up), leaving only the row that waits for the pending token. Returns the pass's hidden, and its logits
-// only when asked: a catch-up reads nothing but the draft layer's caches, so by default the head is skipped.
-ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st, bool logits = false);
+// only as asked: a catch-up reads nothing but the draft layer's caches, so by default the head is skipped.
+ForwardResult draft_catch_up(Model& model, Backend& be, SequenceState& st,
+                             Model::DraftEntry::Logits logits = Model::DraftEntry::Logits::None);
 
 // draft_catch_up for several sequences in one Model::draft_batch pass without logits (states with nothing
 // known are left alone): a batch of decoding slots that are not drafting this round runs the draft layer once

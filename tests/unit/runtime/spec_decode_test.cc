@@ -19,6 +19,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 
 #include <gtest/gtest.h>
 
@@ -337,36 +338,49 @@ void expect_same_state(Model& m, Backend& be, SequenceState& a, SequenceState& b
 }
 
 // A catch-up without logits (the default: a catch-up reads only the draft layer's caches) leaves those caches
-// and the pass's hidden exactly as one that makes its logits, and makes none; so does the engine's catch-up
-// after a prompt chunk (draft_feed), which then proposes the same drafts.
+// and the pass's hidden exactly as one that makes its logits, and makes none; one that asks for its last
+// row's logits only (a proposal's) makes that one row, equal to the last of all rows'; so does the engine's
+// catch-up after a prompt chunk (draft_feed), which then proposes the same drafts.
 TEST_P(SpecDecode, CatchUpWithoutLogitsLeavesTheSameDraftState) {
+  using Logits = Model::DraftEntry::Logits;
   const int64_t V = model().info().vocab_size;
   const auto prompt = tokens(V, 23, 7);
   ModelStepEngine plain(model(), be());  // no drafting: its forwards queue nothing
-  auto a = plain.new_state(256), b = plain.new_state(256);
-  ForwardResult ra, rb;
-  for (SequenceState* st : {a.get(), b.get()}) {
-    const ForwardResult r = model().forward(be(), *st, prompt, false);
-    ASSERT_TRUE(r.hidden.defined());
-    draft_feed(model(), be(), *st, r.hidden, prompt, false);
-    (st == a.get() ? ra : rb) = draft_catch_up(model(), be(), *st, st == a.get());
+  auto a = plain.new_state(256), b = plain.new_state(256), c = plain.new_state(256);
+  ForwardResult ra, rb, rc;
+  for (auto [st, r, logits] : {std::tuple{a.get(), &ra, Logits::All}, std::tuple{b.get(), &rb, Logits::None},
+                               std::tuple{c.get(), &rc, Logits::Last}}) {
+    const ForwardResult f = model().forward(be(), *st, prompt, false);
+    ASSERT_TRUE(f.hidden.defined());
+    draft_feed(model(), be(), *st, f.hidden, prompt, false);
+    *r = draft_catch_up(model(), be(), *st, logits);
   }
   ASSERT_TRUE(ra.logits.defined());
+  EXPECT_EQ(ra.logits.rows(), static_cast<int64_t>(prompt.size()) - 1);
   EXPECT_FALSE(rb.logits.defined()) << "a catch-up made logits nobody asked for";
+  ASSERT_TRUE(rc.logits.defined());
+  EXPECT_EQ(rc.logits.rows(), 1) << "a proposal's catch-up made head rows it never reads";
+  const auto near = [&](const Tensor& x, const Tensor& y, const char* what) {
+    const std::vector<float> hx = be().download(x), hy = be().download(y);
+    ASSERT_EQ(hx.size(), hy.size()) << what;
+    float worst = 0.0f, top = 0.0f;
+    for (size_t i = 0; i < hx.size(); ++i) {
+      worst = std::max(worst, std::fabs(hx[i] - hy[i]));
+      top = std::max(top, std::fabs(hx[i]));
+    }
+    EXPECT_LE(worst, state_tolerance() * top) << what;
+  };
   ASSERT_TRUE(ra.hidden.defined() && rb.hidden.defined());
-  const std::vector<float> ha = be().download(ra.hidden), hb = be().download(rb.hidden);
-  ASSERT_EQ(ha.size(), hb.size());
-  float worst = 0.0f, top = 0.0f;
-  for (size_t i = 0; i < ha.size(); ++i) {
-    worst = std::max(worst, std::fabs(ha[i] - hb[i]));
-    top = std::max(top, std::fabs(ha[i]));
-  }
-  EXPECT_LE(worst, state_tolerance() * top) << "the catch-up's hidden";
+  near(ra.hidden, rb.hidden, "the catch-up's hidden");
+  near(ra.logits.slice(ra.logits.rows() - 1, 1), rc.logits, "the last row's logits");
   expect_same_state(model(), be(), *a, *b, "caught up with and without logits", true, state_tolerance());
-  // Both propose the same drafts from there.
+  expect_same_state(model(), be(), *a, *c, "caught up with all and the last logits", true, state_tolerance());
+  // They propose the same drafts from there.
   ModelStepEngine drafting(model(), be());
   drafting.enable_drafting({});
-  EXPECT_EQ(drafting.draft(*a, prompt[0], 3), drafting.draft(*b, prompt[0], 3));
+  const std::vector<int32_t> da = drafting.draft(*a, prompt[0], 3);
+  EXPECT_EQ(da, drafting.draft(*b, prompt[0], 3));
+  EXPECT_EQ(da, drafting.draft(*c, prompt[0], 3));
 }
 
 TEST_P(SpecDecode, CommitEqualsFeedingOnlyTheAcceptedTokens) {
@@ -520,7 +534,7 @@ TEST_P(SpecDecode, BatchedDraftsEqualEachSequenceAlone) {
 TEST_P(SpecDecode, PlainRowsOfSeveralSlotsCatchUpInOneDraftPass) {
   const int64_t V = model().info().vocab_size;
   ModelStepEngine e(model(), be());
-  e.enable_drafting({});
+  e.enable_drafting({.defer_rows = 0});  // every decode row caught up in its step's pass
   std::vector<std::unique_ptr<SequenceState>> batched, alone;
   for (int i = 0; i < 3; ++i) {
     const auto prompt = tokens(V, 8 + 5 * i, 40 + i);
@@ -557,6 +571,36 @@ TEST_P(SpecDecode, PlainRowsOfSeveralSlotsCatchUpInOneDraftPass) {
     expect_same_state(model(), be(), *batched[i], *alone[i], "drafted, sequence " + std::to_string(i), true,
                       state_tolerance());
   }
+}
+
+// A decode row of a slot that is not drafting waits in its queue (DraftOptions::defer_rows) instead of a
+// draft pass every step: the queue is caught up when it holds defer_rows rows whose next token is known, and
+// the proposal that ends the wait catches all of them up in its one pass, leaving the state and the drafts
+// that a catch-up every step leaves.
+TEST_P(SpecDecode, DeferredDecodeRowsCatchUpToTheSameDraftState) {
+  const int64_t V = model().info().vocab_size;
+  ModelStepEngine every(model(), be()), deferred(model(), be());
+  every.enable_drafting({.defer_rows = 0});
+  deferred.enable_drafting({.defer_rows = 3});
+  const auto prompt = tokens(V, 11, 61);
+  auto a = every.new_state(128), b = deferred.new_state(128);
+  feed_one(every, *a, prompt, false);
+  feed_one(deferred, *b, prompt, false);
+  ASSERT_EQ(b->draft_pos, b->pos - 1) << "a prompt chunk catches up at once";
+  int64_t most_waiting = 0;
+  for (int step = 0; step < 9; ++step) {
+    const int32_t id = static_cast<int32_t>(mix(step, 7) % V);
+    feed_one(every, *a, {id}, false);
+    feed_one(deferred, *b, {id}, false);
+    ASSERT_EQ(a->draft_pos, a->pos - 1) << "step " << step;
+    const int64_t waiting = b->pos - 1 - b->draft_pos;
+    EXPECT_LT(waiting, 3) << "step " << step << ": the queue reached its bound without a catch-up";
+    most_waiting = std::max(most_waiting, waiting);
+  }
+  EXPECT_EQ(most_waiting, 2) << "the decode rows did not wait";
+  const int32_t pending = static_cast<int32_t>(mix(99, 7) % V);
+  EXPECT_EQ(deferred.draft(*b, pending, 3), every.draft(*a, pending, 3));
+  expect_same_state(model(), be(), *a, *b, "deferred against every step", true, state_tolerance());
 }
 
 TEST_P(SpecDecode, GreedyWithDraftsEqualsWithout) {
