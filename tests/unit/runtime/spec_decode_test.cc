@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "../../common/fixture_folders.h"
+#include "../../common/spec_backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/select/backend_choice.h"
 #include "models/model_loader.h"
@@ -50,8 +51,7 @@ std::vector<float> feed_one(ModelStepEngine& e, SequenceState& st, std::vector<i
 namespace fs = std::filesystem;
 
 std::string backend_name() {
-  const char* e = std::getenv("BLOOMERY_SPEC_BACKEND");
-  return e && *e ? e : "cpu";
+  return spec_backend_name();
 }
 
 // A device backend's state tolerance, relative to a part's largest value. f32 caches: the row-count-dependent
