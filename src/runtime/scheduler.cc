@@ -568,7 +568,8 @@ void Scheduler::step() {
     std::vector<int32_t> drafts;
     if (auto d = std::find(drafting.begin(), drafting.end(), s.get()); d != drafting.end()) {
       drafts = std::move(jobs[static_cast<size_t>(d - drafting.begin())].drafts);
-      if (static_cast<int>(drafts.size()) < config_.spec.n_min) drafts.clear();
+      const int n_min = s->req.spec_n_min >= 0 ? s->req.spec_n_min : config_.spec.n_min;
+      if (static_cast<int>(drafts.size()) < n_min) drafts.clear();
     }
     s->feed.assign(1, s->last);
     s->feed.insert(s->feed.end(), drafts.begin(), drafts.end());
@@ -708,6 +709,7 @@ bool Scheduler::drafts_configured() const {
 int Scheduler::draft_width(Slot& s, double row_cost) const {
   if (!drafts_configured()) return 0;
   int64_t k = std::min(config_.spec.n_max, kMaxDrafts);
+  if (s.req.spec_n_max >= 0) k = std::min<int64_t>(k, s.req.spec_n_max);
   if (config_.spec.adaptive) k = std::min<int64_t>(k, adaptive_width(s, row_cost));
   k = std::min(k, s.state->capacity - s.state->pos - 1);
   if (s.req.n_predict >= 0) k = std::min(k, s.req.n_predict - s.n_decoded - 1);

@@ -190,6 +190,10 @@ struct GenRequest {
   bool ignore_eos = false;
   int id_slot = -1;          // ≥ 0: this slot only
   bool cache_prompt = true;  // may start from an idle slot's kept state (SchedulerConfig::cache_prompt)
+  // This request's drafting (llama-server's per-request `speculative.n_max` / `speculative.n_min`): at most
+  // spec_n_max drafts a round (0: none) and none verified below spec_n_min; -1: the server's (SpecConfig).
+  int spec_n_max = -1;
+  int spec_n_min = -1;
   std::shared_ptr<PrefillShare> share;  // n > 1 choices of one prompt: one prefill for all (PrefillShare)
   // Scheduler thread, before each sampling: may lower logits (a grammar's mask sets the tokens it rejects to
   // -inf). Empty: no constraint.

@@ -68,6 +68,8 @@ std::vector<std::shared_ptr<Generation>> Generation::start_all(Scheduler& schedu
     r.ignore_eos = spec.ignore_eos;
     r.id_slot = spec.id_slot;
     r.cache_prompt = spec.cache_prompt;
+    r.spec_n_max = spec.spec_n_max;
+    r.spec_n_min = spec.spec_n_min;
     r.share = spec.share;
     // The callbacks hold the generation alive until the scheduler is done with it, whatever the HTTP side
     // does.

@@ -34,7 +34,8 @@ struct GenSpec {
   SamplingParams sampling;
   bool ignore_eos = false;
   int id_slot = -1;
-  bool cache_prompt = true;  // may resume from a slot's kept state (the prompt cache)
+  bool cache_prompt = true;              // may resume from a slot's kept state (the prompt cache)
+  int spec_n_max = -1, spec_n_min = -1;  // `speculative.n_max` / `.n_min` (GenRequest); -1: the server's
   std::vector<std::string> stop;
   bool logprobs = false;  // report each token's log-probability (and sampling.n_probs alternatives)
   bool split_reasoning = false;

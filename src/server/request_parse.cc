@@ -97,6 +97,9 @@ void parse_generation_fields(const ojson& b, const ServerOptions& o, Api api, Ge
   p.seed = seed == -1 ? std::random_device{}() : static_cast<uint64_t>(seed);
   spec.id_slot = static_cast<int>(integer(b, "id_slot", -1, -1, 1 << 20));
   spec.cache_prompt = boolean(b, "cache_prompt", true);
+  // llama-server's per-request drafting limits (flat keys with a dot): below the server's own, never above.
+  spec.spec_n_max = static_cast<int>(integer(b, "speculative.n_max", -1, -1, 1 << 20));
+  spec.spec_n_min = static_cast<int>(integer(b, "speculative.n_min", -1, -1, 1 << 20));
   for (const char* k : {"typical_p"}) neutral(b, k, 1.0);
   for (const char* k : {"mirostat", "dry_multiplier", "xtc_probability", "dynatemp_range"})
     neutral(b, k, 0.0);

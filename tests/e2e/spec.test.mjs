@@ -34,6 +34,14 @@ test('greedy text with drafting equals without, concurrent slots each equal to t
   assert.ok(t, 'no timings in /completion');
   assert.ok(Number.isInteger(t.draft_n) && t.draft_n > 0, `draft_n ${t.draft_n}`);
   assert.ok(Number.isInteger(t.draft_n_accepted) && t.draft_n_accepted <= t.draft_n);
+  // llama-server's per-request limits: speculative.n_max 0 drafts nothing for this request, the same text.
+  const none = (await postJson(`${on.url}/completion`, { prompt: prompts[0], n_predict: 24, temperature: 0, 'speculative.n_max': 0 })).body;
+  assert.equal(none.timings.draft_n, 0, 'speculative.n_max 0 still drafted');
+  const some = (await postJson(`${on.url}/completion`, { prompt: prompts[0], n_predict: 24, temperature: 0 })).body;
+  assert.equal(none.content, some.content);
+  const bad = await postJson(`${on.url}/completion`, { prompt: prompts[0], n_predict: 4, 'speculative.n_max': 'x' });
+  assert.equal(bad.status, 400);
+  assert.match(JSON.stringify(bad.body), /speculative\.n_max/);
   const m = (await getJson(`${on.url}/metrics`)).body;
   assert.ok(metric(m, 'bloomery:draft_tokens_total') >= t.draft_n);
   assert.match(m, /bloomery:draft_tokens_by_position_total\{position="0",outcome="drafted"\} [1-9]/);

@@ -81,7 +81,7 @@ struct Out {
 // measured: the adaptive width prices drafts by their measured cost (SpecConfig::measured_cost) instead of
 // the prior's; off by default, since most of these runs take microseconds a step and their timing is noise.
 Out generate(StepEngine& e, int k, int64_t n, uint64_t seed, bool adaptive = false, double temperature = 1.0,
-             bool measured = false) {
+             bool measured = false, const std::function<void(GenRequest&)>& edit = {}) {
   SchedulerConfig cfg{1, n + 16, 64, 64};
   cfg.spec.n_max = k;
   cfg.spec.adaptive = adaptive;
@@ -105,6 +105,7 @@ Out generate(StepEngine& e, int k, int64_t n, uint64_t seed, bool adaptive = fal
     out->fin = f;
     done.set_value();
   };
+  if (edit) edit(r);
   s.submit(std::move(r));
   done.get_future().wait();
   return *out;
@@ -174,6 +175,24 @@ TEST(SpecSampling, FirstDraftAcceptedAtItsTargetProbability) {
 
 // Adaptive width: drafts that are always rejected bring a slot down to width 0 (a one-draft probe now and
 // then); drafts that are always accepted keep it at n_max. Greedy, so the argmax chain is known.
+// llama-server's per-request `speculative.n_max` / `.n_min` (GenRequest::spec_n_max / spec_n_min) lower the
+// server's drafting for that request only: 0 drafts none, 1 at most one a round, and a minimum above what the
+// drafter proposes verifies none; the sampled tokens stay those of the run without drafts.
+TEST(SpecSampling, PerRequestDraftLimitsLowerTheServers) {
+  BigramEngine none_e(true), one_e(true), min_e(true), plain_e(false);
+  const Out plain = generate(plain_e, 0, 200, 7);
+  const Out none = generate(none_e, 3, 200, 7, false, 1.0, false, [](GenRequest& r) { r.spec_n_max = 0; });
+  EXPECT_EQ(none.fin.draft_n, 0);
+  EXPECT_EQ(none_e.rounds, 0) << "the engine was asked for drafts";
+  const Out one = generate(one_e, 3, 200, 7, false, 1.0, false, [](GenRequest& r) { r.spec_n_max = 1; });
+  EXPECT_GT(one_e.rounds, 0);
+  EXPECT_EQ(one_e.drafted, one_e.rounds) << "a round drafted more than the request's n_max";
+  // The engine proposes k = 3 (the server's n_max), fewer than the request's n_min of 4: nothing is verified.
+  const Out min = generate(min_e, 3, 200, 7, false, 1.0, false, [](GenRequest& r) { r.spec_n_min = 4; });
+  EXPECT_EQ(min.fin.draft_n, 0);
+  for (const Out* o : {&none, &one, &min}) EXPECT_EQ(o->tokens, plain.tokens);
+}
+
 TEST(SpecSampling, AdaptiveWidthFollowsAcceptance) {
   auto argmax_next = [](int32_t x) {
     int best = 0;
