@@ -20,11 +20,14 @@
 #include "core/error.h"
 #include "models/model_loader.h"
 #include "parallel/tp_step_engine.h"
+#include "tokenizer/tokenizer.h"
 #include "tools/bench_bytes.h"
 #include "tools/bench_core.h"
 #include "tools/bench_grammar.h"
+#include "tools/bench_slots.h"
 #include "tools/cache_options.h"
 #include "tools/command.h"
+#include "tools/spec_options.h"
 #include "tools/synthetic_model.h"
 #include "tools/tp_options.h"
 #ifdef BLOOMERY_HAVE_CUDA
@@ -191,6 +194,12 @@ int run_bench(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "CPU threads (0 = every core)");
   TpFlags tp_flags;
   add_tp_options(app, tp_flags);
+  SlotBenchParams slot;
+  std::string spec_text;
+  add_spec_options(app, slot.spec);
+  app.add_option("--spec-text", spec_text,
+                 "with --spec-type: the slot rows' prompts from this text's tokens (the folder's tokenizer; "
+                 "each slot a different stretch), so drafts meet real text; default random ids");
   app.add_option(
          "--backend", backend_name,
          "auto (CUDA when built, a device is present and the family runs on it; else CPU), cpu or cuda")
@@ -289,6 +298,9 @@ int run_bench(int argc, char** argv) {
           folder.empty() ? "neither" : "both");
   if (layers != 0 && synthetic.empty()) raise("E_BENCH_ARGS", Where{"", "", "--layers"}, "--synthetic", "-m");
   check_params(bp);  // before a full-size model is built
+  if (!spec_text.empty() && (folder.empty() || !slot.spec.on()))
+    raise("E_BENCH_ARGS", Where{"", "", "--spec-text"}, "-m <folder> (its tokenizer) and --spec-type",
+          folder.empty() ? "--synthetic" : "no --spec-type");
   // The synthetic model's config, cut to --layers when asked.
   auto synth_config = [&] {
     const nlohmann::json c = synthetic_config(synthetic);
@@ -324,6 +336,8 @@ int run_bench(int argc, char** argv) {
     return 0;
   }
   const TpLayout tp = resolve_tp(tp_flags);
+  if (slot.spec.on() && tp.size > 1)  // the slot rows run one rank's scheduler
+    raise("E_BENCH_ARGS", Where{"", "", "--spec-type"}, "one rank (no --tp / --nodes)", "tensor parallel");
   backend_name = pick_backend(backend_name, folder).name;
   if (graphs_mode == "off") setenv("BLOOMERY_CUDA_GRAPHS", "0", 1);
   if (graphs_mode == "on" || graphs_mode == "ab") setenv("BLOOMERY_CUDA_GRAPHS", "1", 1);  // read at creation
@@ -402,6 +416,7 @@ int run_bench(int argc, char** argv) {
   } else {
     if (!lm) {
       check_backend_runs(backend_name, folder);
+      kv_load.require_draft = slot.spec.type == "draft-mtp";  // refused before anything is allocated
       own_lm = load_model(folder, *backend, kv_load);
       lm = own_lm.get();
     }
@@ -525,7 +540,24 @@ int run_bench(int argc, char** argv) {
                      {"ms_median", percentile(r.ms, 0.5)},
                      {"ms_p95", percentile(r.ms, 0.95)},
                      {"tps", r.tps}};
-    if (is_spec_row(r)) {
+    if (is_slot_row(r)) {
+      x.update(
+          {{"depth_end", r.depth_end}, {"through", "scheduler"}, {"ms_is", "wall ms per token per slot"}});
+      if (!r.ref.empty()) {
+        nlohmann::json drafted = nlohmann::json::array(), accepted = nlohmann::json::array();
+        for (int k = 0; k < kMaxDrafts && r.drafts.drafted[k]; ++k) {
+          drafted.push_back(r.drafts.drafted[k]);
+          accepted.push_back(r.drafts.accepted[k]);
+        }
+        x.update({{"ref_test", r.ref},
+                  {"speedup_over_ref", r.ratio},
+                  {"drafted", r.drafts.drafted_total()},
+                  {"accepted", r.drafts.accepted_total()},
+                  {"verifies", r.drafts.rounds},
+                  {"drafted_by_position", drafted},
+                  {"accepted_by_position", accepted}});
+      }
+    } else if (is_spec_row(r)) {
       x.update({{"depth_end", r.depth_end},
                 {"rows", r.tokens},
                 {"ref_test", r.ref},
@@ -577,6 +609,18 @@ int run_bench(int argc, char** argv) {
       group ? std::make_unique<TpStepEngine>(*group->comm(), *model, *backend, tp.timeout / 2) : nullptr;
   const std::vector<BenchRow> rows = run_bench_grid(*backend, *model, hooks, bp, on_row, tp_steps.get());
   tp_steps.reset();  // its heartbeat stops before the group does
+  std::vector<BenchRow> all_rows = rows;
+  if (slot.spec.on()) {
+    if (!spec_text.empty()) {
+      const Tokenizer tok = Tokenizer::from_folder(lm->source->config_dir());
+      std::ifstream f(spec_text, std::ios::binary);
+      if (!f) raise("E_IO_OPEN", Where{spec_text, "", "--spec-text"}, "a readable text file", "cannot open");
+      const std::string t((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      slot.text = tok.encode(t, false);
+      if (slot.text.empty()) raise("E_BENCH_ARGS", Where{spec_text, "", "--spec-text"}, "some text", "none");
+    }
+    for (BenchRow& r : run_slot_rows(*backend, *model, bp, slot, on_row)) all_rows.push_back(r);
+  }
   std::string grammar_line;
   if (gb.wanted()) {
     double tg_ms = 0;
@@ -655,7 +699,7 @@ int run_bench(int argc, char** argv) {
   std::printf(
       "|----------|--------|-----|--------------|------------|------------|-----------|-----------|----------"
       "|\n");
-  for (const BenchRow& r : rows) {
+  for (const BenchRow& r : all_rows) {
     if (r.skipped) {
       std::printf("| %-8s | %6lld | %3lld | skipped (%s) |\n", r.test.c_str(), (long long)r.depth,
                   (long long)r.conc, r.skip_reason.c_str());
@@ -674,6 +718,20 @@ int run_bench(int argc, char** argv) {
       std::printf("| %-8s | %6lld | %3lld | %12s | %10.3f | %10.3f | %9s | %9s | %8s | %s%s\n",
                   r.test.c_str(), (long long)r.depth, (long long)r.conc, "-", percentile(r.ms, 0.5),
                   percentile(r.ms, 0.95), "-", "-", "-", note, r.finite ? "" : " NON-FINITE LOGITS");
+      continue;
+    }
+    if (is_slot_row(r)) {  // through the scheduler: no single step to put against the roofline
+      std::string note = "through the scheduler's slots";
+      if (!r.ref.empty()) {
+        char head[96];
+        std::snprintf(head, sizeof head, "%.2f× %s; ", r.ratio, r.ref.c_str());
+        note = head + draft_counts_line(r.drafts);
+        if (const std::string per = acceptance_by_position(r.drafts); !per.empty())
+          note += "; by position" + per;
+      }
+      std::printf("| %-8s | %6lld | %3lld | %12.1f | %10.3f | %10.3f | %9s | %9s | %8s | %s\n",
+                  r.test.c_str(), (long long)r.depth, (long long)r.conc, percentile(r.tps, 0.5),
+                  percentile(r.ms, 0.5), percentile(r.ms, 0.95), "-", "-", "-", note.c_str());
       continue;
     }
     char mb[32] = "", gb[32] = "", rf[32] = "";
@@ -703,6 +761,13 @@ int run_bench(int argc, char** argv) {
         "median; bytes read: the verify's weights (dense once, the experts of its K rows, E·(1-(1-k/E)^K)) "
         "and "
         "one sequence's state over the tg step's, the floor of the ratio for a step bound by its reads)\n");
+  if (slot.spec.on())
+    std::printf(
+        "(slot rows: C greedy requests of n tokens through the server's scheduler, each continuing its "
+        "slot's "
+        "sequence via the prompt cache; tgN@slots without drafts (speculative.n_max 0), tgN+mtpK / +ngramK "
+        "with the server's drafting and adaptive width, alternating repeat by repeat; t/s = generated "
+        "tokens / wall time of the round; ms = wall ms per token per slot)\n");
   std::printf("%s%s%s", graphs_line.c_str(), op_lines.c_str(), grammar_line.c_str());
   return 0;
 }

@@ -86,6 +86,10 @@ struct BenchRow {
   std::vector<double> rollback_ms;  // verifyK: the commit(1) part of each ms (included in it)
   int64_t replayed = 0;             // verifyK: samples the backend replayed as captured graphs
   std::string step;                 // verifyK and draft: "graph", "eager" or "graph R/N" (R of N replayed)
+  // Slot rows (bench_slots.h): run through the scheduler; the drafting row's counts, and its rate over its
+  // plain row's in `ratio` (`ref` naming that row).
+  bool slots = false;
+  DraftCounts drafts;
 };
 
 // True for the rows of BenchParams::spec_rows.

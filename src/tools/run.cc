@@ -24,6 +24,7 @@
 #include "tokenizer/tokenizer.h"
 #include "tools/cache_options.h"
 #include "tools/command.h"
+#include "tools/spec_options.h"
 #include "tools/tp_options.h"
 
 namespace bloomery::tools {
@@ -55,13 +56,6 @@ double seconds(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
-std::string fmt_pos(int i, uint64_t drafted, uint64_t accepted) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, " %d: %.1f %% (%llu/%llu)", i + 1, 100.0 * accepted / drafted,
-                static_cast<unsigned long long>(accepted), static_cast<unsigned long long>(drafted));
-  return buf;
-}
-
 // The end of a run's stdout, with or without drafting: the streamed text's tail, a newline, the ids.
 void finish_output(StreamDecoder* stream, const std::vector<int32_t>& out, bool print_ids) {
   if (stream) std::fputs(stream->finish().c_str(), stdout);
@@ -78,17 +72,14 @@ void finish_output(StreamDecoder* stream, const std::vector<int32_t>& out, bool 
 // drafted / accepted counts, the acceptance per draft position and the mean accepted length.
 // `tp`: rank 0's communicator under --tp/--nodes (the other ranks follow its step plans), else null.
 int run_drafting(Model& model, Backend& backend, Communicator* tp, std::chrono::milliseconds tp_heartbeat,
-                 const std::string& folder, bool ngram, const std::string& missing,
+                 const std::string& folder, const SpecFlags& spec, const std::string& missing,
                  const std::vector<int32_t>& ids, const std::vector<int32_t>& eos, int n_predict,
-                 bool ignore_eos, bool print_ids, Tokenizer* tok, int n_max, int n_min, float p_min,
-                 const SamplerConfig& sc, Clock::time_point t0) {
-  if (!ngram && !model.info().has_draft)
+                 bool ignore_eos, bool print_ids, Tokenizer* tok, const SamplerConfig& sc,
+                 Clock::time_point t0) {
+  if (!spec.ngram() && !model.info().has_draft)
     raise("E_SPEC_NO_DRAFT", Where{folder, missing, "--spec-type"},
           "a checkpoint with its MTP/NextN draft layer", "none", "run without --spec-type draft-mtp");
-  DraftOptions d;
-  d.n_max = n_max;
-  d.p_min = p_min;
-  if (ngram) d.source = DraftOptions::Source::Ngram;
+  const DraftOptions d = spec.draft_options();
   std::unique_ptr<StepEngine> steps;
   if (tp) {
     auto e = std::make_unique<TpStepEngine>(*tp, model, backend, tp_heartbeat);
@@ -102,7 +93,7 @@ int run_drafting(Model& model, Backend& backend, Communicator* tp, std::chrono::
   StepEngine& engine = *steps;
   SchedulerConfig cfg;
   cfg.n_ctx_slot = static_cast<int64_t>(ids.size()) + n_predict + 1;
-  cfg.spec = {n_max, n_min, p_min, ngram};
+  cfg.spec = spec.config();
   // The run's sampler, drawing from the slot's generator (seeded with --seed): one draw per emitted token.
   SampleFn sample = [sc](std::span<const float> logits, const SamplingParams&, std::span<const int32_t>,
                          std::mt19937_64& rng) {
@@ -115,7 +106,7 @@ int run_drafting(Model& model, Backend& backend, Communicator* tp, std::chrono::
   auto t_loaded = Clock::now();
   std::fprintf(stderr, "loaded %s (%s) in %.2f s, %d threads; prompt %zu tokens; drafting up to %d (%s)\n",
                folder.c_str(), model.info().family.c_str(), seconds(t0, t_loaded), backend.threads(),
-               ids.size(), n_max, ngram ? "n-gram lookup" : "MTP");
+               ids.size(), spec.n_max, spec.ngram() ? "n-gram lookup" : "MTP");
   if (tok) {
     std::fputs(tok->decode_text(ids).c_str(), stdout);
     std::fflush(stdout);
@@ -145,18 +136,12 @@ int run_drafting(Model& model, Backend& backend, Communicator* tp, std::chrono::
   finish_output(stream.get(), out, print_ids);
   const DraftCounts c = sched.stats().drafts;
   std::fprintf(stderr,
-               "prompt: %zu tokens in %.3f s; generation: %zu tokens in %.3f s (%.1f tokens/s)\n"
-               "drafts: %llu drafted, %llu accepted (%.1f %%) in %llu verifies; mean accepted length %.2f\n",
+               "prompt: %zu tokens in %.3f s; generation: %zu tokens in %.3f s (%.1f tokens/s)\ndrafts: %s\n",
                ids.size(), f.prompt_ms / 1e3, out.size(), f.predicted_ms / 1e3,
                f.predicted_ms > 0 && out.size() > 1 ? (out.size() - 1) * 1e3 / f.predicted_ms : 0.0,
-               static_cast<unsigned long long>(c.drafted_total()),
-               static_cast<unsigned long long>(c.accepted_total()),
-               c.drafted_total() ? 100.0 * c.accepted_total() / c.drafted_total() : 0.0,
-               static_cast<unsigned long long>(c.rounds),
-               c.rounds ? static_cast<double>(c.accepted_total()) / c.rounds : 0.0);
-  std::string per;
-  for (int i = 0; i < kMaxDrafts && c.drafted[i]; ++i) per += fmt_pos(i, c.drafted[i], c.accepted[i]);
-  if (!per.empty()) std::fprintf(stderr, "acceptance by draft position:%s\n", per.c_str());
+               draft_counts_line(c).c_str());
+  if (const std::string per = acceptance_by_position(c); !per.empty())
+    std::fprintf(stderr, "acceptance by draft position:%s\n", per.c_str());
   return 0;
 }
 
@@ -168,9 +153,7 @@ int run_run(int argc, char** argv) {
   uint64_t seed = 0;
   bool print_ids = false, ignore_eos = false, no_progress = false, per_weight = false;
   uint64_t mem_budget_mib = 0;
-  std::string spec_type = "none";
-  int spec_n_max = 3, spec_n_min = 0;
-  float spec_p_min = 0.0f;
+  SpecFlags spec;
   TpFlags tp_flags;
   app.add_option("-m,--model", folder, "model folder (safetensors + config.json)")->required();
   app.add_option("-p,--prompt", prompt, "prompt text (special-token text such as <|im_start|> is parsed)");
@@ -197,19 +180,7 @@ int run_run(int argc, char** argv) {
   app.add_flag("--no-progress", no_progress, "no load progress bar and no memory plan on stderr");
   app.add_flag("--load-per-weight", per_weight,
                "load weight after weight through Backend::load_weight instead of the parallel loader");
-  app.add_option(
-         "--spec-type", spec_type,
-         "none, draft-mtp (the checkpoint's own MTP/NextN layer drafts) or ngram-simple (lookup in the "
-         "sequence's own tokens); the model verifies")
-      ->check(CLI::IsMember({"none", "draft-mtp", "ngram-simple"}));
-  app.add_option("--spec-draft-n-max,--draft-max,--draft,--draft-n", spec_n_max, "most drafts per step")
-      ->check(CLI::Range(1, 8));
-  app.add_option("--spec-draft-n-min,--draft-min,--draft-n-min", spec_n_min,
-                 "fewer drafts than this are not verified")
-      ->check(CLI::Range(0, 8));
-  app.add_option("--spec-draft-p-min,--draft-p-min", spec_p_min,
-                 "stop drafting when the draft's top probability falls below P")
-      ->check(CLI::Range(0.0f, 1.0f));
+  add_spec_options(app, spec);
   add_tp_options(app, tp_flags);
   KvCacheFlags kv_flags;
   add_kv_cache_options(app, kv_flags);
@@ -218,7 +189,7 @@ int run_run(int argc, char** argv) {
   const TpLayout layout = resolve_tp(tp_flags);
   const int tp_size = layout.size;
   const int node_rank = layout.rank;
-  const bool drafting = spec_type != "none";
+  const bool drafting = spec.on();
   if (drafting && !logits_out.empty()) {
     std::fprintf(stderr, "error: --logits-out is not written with --spec-type draft-mtp\n");
     return 2;
@@ -244,7 +215,7 @@ int run_run(int argc, char** argv) {
   load.plan.budget_bytes = mem_budget_mib << 20;
   load.progress = no_progress ? ProgressMode::Quiet : ProgressMode::Auto;
   load.bulk = !per_weight;
-  load.require_draft = spec_type == "draft-mtp";  // refused before anything is allocated, on every rank
+  load.require_draft = spec.type == "draft-mtp";  // refused before anything is allocated, on every rank
   load.kv_type = kv_flags.type();
   load.on_plan = [&](const MemoryPlan& plan) {
     if (no_progress) return;
@@ -297,8 +268,7 @@ int run_run(int argc, char** argv) {
     return run_drafting(
         model, *backend, group.comm(),
         std::clamp(layout.timeout / 2, std::chrono::milliseconds(1), std::chrono::milliseconds(5000)),
-        lm->folder, spec_type == "ngram-simple", missing_draft_tensors(*lm), ids, eos, n_predict, ignore_eos,
-        print_ids, tok.get(), spec_n_max, spec_n_min, spec_p_min,
+        lm->folder, spec, missing_draft_tensors(*lm), ids, eos, n_predict, ignore_eos, print_ids, tok.get(),
         SamplerConfig{temp, top_k, top_p, min_p, seed}, t0);
 
   SeqId seq = group.add_sequence(static_cast<int64_t>(ids.size()) + n_predict + 1);

@@ -13,34 +13,11 @@
 #include "backend/cpu/cpu_backend.h"
 #include "core/error.h"
 #include "models/model_loader.h"
+#include "no_draft_model.h"
 #include "tools/bench_core.h"
 
 namespace bloomery::tools {
 namespace {
-
-// The model with its draft layer hidden (info().has_draft false); everything else is the model's own.
-class NoDraft : public Model {
- public:
-  explicit NoDraft(Model& m) : m_(m), info_(m.info()) { info_.has_draft = false; }
-  const ModelInfo& info() const override { return info_; }
-  std::vector<TensorDecl> declare() const override { return m_.declare(); }
-  void bind(Backend& be, const WeightSet& w) override { m_.bind(be, w); }
-  std::unique_ptr<SequenceState> new_state(Backend& be, int64_t capacity) const override {
-    return m_.new_state(be, capacity);
-  }
-  ForwardResult forward(Backend& be, SequenceState& st, std::span<const int32_t> ids, bool all) override {
-    return m_.forward(be, st, ids, all);
-  }
-  std::vector<ForwardResult> forward_batch(Backend& be, std::span<const BatchEntry> entries) override {
-    return m_.forward_batch(be, entries);
-  }
-  std::vector<StatePart> state_parts(SequenceState& st) const override { return m_.state_parts(st); }
-  void commit(Backend& be, SequenceState& st, int64_t n) override { m_.commit(be, st, n); }
-
- private:
-  Model& m_;
-  ModelInfo info_;
-};
 
 BenchParams spec_params(std::vector<int64_t> widths) {
   BenchParams p;
