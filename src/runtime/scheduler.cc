@@ -425,7 +425,7 @@ bool Scheduler::admit_locked(std::vector<std::function<void(const FinishInfo&)>>
     s.n_decoded = 0;
     s.last = -1;
     s.drafts = DraftCounts{};
-    s.accept_avg = 1.0;
+    s.accept_avg = accept_prior_;
     s.plain_steps = 0;
     s.recent = s.req.prompt;
     s.rng.seed(s.req.sampling.seed);
@@ -761,7 +761,9 @@ void Scheduler::take_tokens(Slot& s, StepItem& it) {
   auto account = [&] {
     if (n_drafts > 0) {  // each draft verified moves the average by its outcome, until the first reject
       for (int64_t j = 0; j < n_drafts; ++j) {
-        s.accept_avg = 0.9 * s.accept_avg + 0.1 * static_cast<double>(round.accepted[j]);
+        const double a = static_cast<double>(round.accepted[j]);
+        s.accept_avg = 0.9 * s.accept_avg + 0.1 * a;
+        accept_prior_ = 0.9 * accept_prior_ + 0.1 * a;
         if (!round.accepted[j]) break;
       }
     }

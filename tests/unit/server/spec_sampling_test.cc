@@ -230,6 +230,48 @@ TEST(SpecSampling, AdaptiveWidthFollowsAcceptance) {
   EXPECT_EQ(b.tokens, g.tokens);  // greedy either way
 }
 
+// A new request's adaptive width starts from the acceptance the server measured over its recent drafts, not
+// from an optimistic 1: after one request whose drafts are all rejected, the next one verifies only probes
+// (one draft every probe_every steps) instead of relearning over its first rounds.
+TEST(SpecSampling, ANewRequestStartsFromTheServersMeasuredAcceptance) {
+  struct Wrong : BigramEngine {
+    Wrong() : BigramEngine(true) {}
+    std::vector<int32_t> draft(SequenceState&, int32_t pending, int k) override {
+      rounds++;
+      drafted += k;
+      // Greedy picks follow kLogits' argmax; a draft of the next row's argmax + 1 is always rejected.
+      std::vector<int32_t> d;
+      int32_t x = pending;
+      for (int j = 0; j < k; ++j) {
+        int best = 0;
+        for (int v = 1; v < kV; ++v)
+          if (kLogits[x][v] > kLogits[x][best]) best = v;
+        d.push_back(static_cast<int32_t>((best + 1) % kV));
+        x = static_cast<int32_t>(best);
+      }
+      return d;
+    }
+  } e;
+  SchedulerConfig cfg{1, 256, 64, 64};
+  cfg.spec.n_max = 3;
+  Scheduler s(e, cfg, server::sample_token);
+  std::vector<int> rounds;
+  for (int r = 0; r < 2; ++r) {
+    const int before = e.rounds;
+    std::promise<void> done;
+    GenRequest q;
+    q.prompt = {0};
+    q.n_predict = 48;
+    q.sampling.temperature = 0.0;
+    q.on_finish = [&](const FinishInfo&) { done.set_value(); };
+    s.submit(std::move(q));
+    done.get_future().wait();
+    rounds.push_back(e.rounds - before);
+  }
+  EXPECT_GE(rounds[0], 10) << "the first request did not start optimistic";
+  EXPECT_LE(rounds[1], 48 / cfg.spec.probe_every + 1) << "the second request relearned from an optimistic start";
+}
+
 // The measured draft cost (runtime/draft_cost.h) over an engine whose step takes 3 ms plus `row_ms` for each
 // drafted row it verifies, with drafts that are always right: where a row costs little the slot drafts nearly
 // every step at full width; where a row costs twice a plain step even perfect drafts lose, and after the

@@ -39,9 +39,9 @@ void* round_activations_bf16(const float* x, int64_t rows, int64_t K, bool split
 bool lt_gemm(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int64_t T, float* y, bool split,
              cudaStream_t s);
 
-// How prompt GEMMs run: the tensor-core kernel with BF16 activations (Bf16; products of up to kSplitRowsUpTo
-// rows, gemm.cu, still take the split), with split hi + lo BF16 activations (Bf16x2, close to f32 accuracy:
-// the default and the reference mode), or the SIMT f32 kernel (Simt). gemm_mode_at_start(): kDefaultGemmMode
+// How prompt GEMMs run: the tensor-core kernel with BF16 activations (Bf16, the default; products of up to
+// kSplitRowsUpTo rows, gemm.cu, still take the split), with split hi + lo BF16 activations (Bf16x2, close to
+// f32 accuracy: the reference mode), or the SIMT f32 kernel (Simt). gemm_mode_at_start(): kDefaultGemmMode
 // (gemm.cu) unless BLOOMERY_CUDA_GEMM=bf16|bf16x2|simt (read once); set_gemm_mode between steps (tests that
 // hold products to f32 bounds run in Bf16x2).
 enum class GemmMode { Bf16, Bf16x2, Simt };
