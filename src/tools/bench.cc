@@ -67,10 +67,6 @@ const std::map<std::string, std::string> kAbCandidates{{"gemv", "gemv2"},
                                                        {"gqa-decode", "gqa-decode"},
                                                        {"gemv-fp8-row", "fp8-row"},
                                                        {"gemv-bf16-row", "bf16-row"},
-                                                       {"gemv-row-r2", "row-r2"},
-                                                       {"gemv-row-r4", "row-r4"},
-                                                       {"gemv-split-r4", "split-r4"},
-                                                       {"gemv-row-multi", "row-multi"},
                                                        {"gemm-bf16", "bf16-act"},
                                                        {"gdn-gated", "gdn-gated"}};
 
@@ -248,13 +244,7 @@ int run_bench(int argc, char** argv) {
          "products on the split-K kernel (BLOOMERY_CUDA_GEMV_FP8_ROW=0) against the one-row FP8 kernel, rows "
          "'tgN' and 'tgN+fp8-row'; 'gemv-bf16-row' the same for BF16 (BLOOMERY_CUDA_GEMV_BF16_ROW=0), rows "
          "'tgN' "
-         "and 'tgN+bf16-row'; 'gemv-row-r2' / 'gemv-row-r4' the one-row kernel's one weight row a warp "
-         "against 2 / 4 read against one load of x (BLOOMERY_CUDA_GEMV_ROW_RPW), rows 'tgN' and 'tgN+row-r2' "
-         "/ 'tgN+row-r4'; 'gemv-split-r4' the split-K kernel's one weight row a warp at one row of x against "
-         "4 (BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R: NVFP4 and short products), rows 'tgN' and 'tgN+split-r4'; "
-         "'gemv-row-multi' 2-4 rows of x on the tensor-core GEMV against the one-row kernel "
-         "(BLOOMERY_CUDA_GEMV_ROW_MULTI), rows 'tgN' and 'tgN+row-multi' (verify rows too, with "
-         "--spec-rows); "
+         "and 'tgN+bf16-row'; "
          "'gemm-bf16' prompt GEMMs with split-BF16 activations "
          "(BLOOMERY_CUDA_GEMM=bf16x2) "
          "against plain BF16, rows 'ppN' and 'ppN+bf16-act'; 'gdn-gated' a GDN decode step's split, gates, "
@@ -496,13 +486,6 @@ int run_bench(int argc, char** argv) {
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_fp8_row(candidate); };
       else if (ab_knob == "gemv-bf16-row")
         hooks.set_ab = [](bool candidate) { cuda::set_gemv_bf16_row(candidate); };
-      else if (ab_knob == "gemv-row-r2" || ab_knob == "gemv-row-r4") {
-        const int rows = ab_knob == "gemv-row-r2" ? 2 : 4;
-        hooks.set_ab = [rows](bool candidate) { cuda::set_gemv_row_rows(candidate ? rows : 1); };
-      } else if (ab_knob == "gemv-split-r4")
-        hooks.set_ab = [](bool candidate) { cuda::set_gemv_split_one_row_rows(candidate ? 4 : 1); };
-      else if (ab_knob == "gemv-row-multi")
-        hooks.set_ab = [](bool candidate) { cuda::set_gemv_row_multi(candidate); };
       else if (ab_knob == "gdn-gated")
         hooks.set_ab = [cb](bool candidate) { cb->set_gdn_step_gated(candidate); };
       else if (ab_knob == "gemm-bf16")

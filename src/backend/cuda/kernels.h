@@ -72,28 +72,14 @@ void set_gemv_tc(bool on);
 // Variant 2's one-row products (K a multiple of 128) on the one-row kernel (gemv/gemv_row.cuh: a warp reads
 // 128-element chunks, x 512 contiguous bytes a load), one switch per stored kind: the FP8 family (on unless
 // BLOOMERY_CUDA_GEMV_FP8_ROW=0 at start) and BF16 (on unless BLOOMERY_CUDA_GEMV_BF16_ROW=0); the setters
-// between steps for A/B measurements. A launch override with weight rows per warp set (tests) takes the
-// split-K kernel instead; one with only the split-K ways set applies to this kernel.
+// between steps for A/B measurements. One weight row a warp, one row of x a launch (2-8 rows of x take the
+// tensor-core GEMV by default; R = 2/4 rows a warp and 2-4 rows of x were measured slower or not better on an
+// H100, docs/performance.md). A launch override with weight rows per warp set (tests) takes the split-K
+// kernel instead; one with only the split-K ways set applies to this kernel.
 bool gemv_fp8_row();
 void set_gemv_fp8_row(bool on);
 bool gemv_bf16_row();
 void set_gemv_bf16_row(bool on);
-// The one-row kernel's weight rows a warp, read against one load of x: 1 (the default), 2 or 4
-// (BLOOMERY_CUDA_GEMV_ROW_RPW at start; the setter between steps for A/B measurements, any other value
-// throws). The bits do not depend on it under the same split-K ways.
-int gemv_row_rows();
-void set_gemv_row_rows(int rows);
-// The one-row kernel for 2-4 rows of x (a verify's rows, a few slots') instead of the tensor-core GEMV: one
-// weight row a warp, each row of x read with its own terms, so every row of y has the bits the one-row kernel
-// gives it alone (BLOOMERY_CUDA_GEMV_ROW_MULTI=1 at start; off until measured; the setter between steps).
-bool gemv_row_multi();
-void set_gemv_row_multi(bool on);
-// The split-K kernel's weight rows a warp at one row of x (products the one-row kernel does not take: NVFP4,
-// K not a multiple of 128): 1 (the default) or 4, each x float4 then loaded once for the four
-// (BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R=4 at start, the setter between steps for A/B measurements, any other
-// value throws). Under fixed split-K ways the bits do not depend on it.
-int gemv_split_one_row_rows();
-void set_gemv_split_one_row_rows(int rows);
 // Programmatic dependent launch of the kernels (misc/pdl.cuh; on unless BLOOMERY_CUDA_PDL=0, set_pdl between
 // steps for A/B measurements).
 bool pdl_enabled();

@@ -21,7 +21,7 @@ namespace {
 BenchParams slot_params() {
   BenchParams p;
   p.ps = {0};
-  p.ns = {6};
+  p.ns = {20};  // past SpecConfig::probe_every (16): a slot that stopped drafting still probes in a round
   p.ds = {12};
   p.cs = {1, 3};
   p.repeats = 2;
@@ -44,8 +44,8 @@ TEST(BenchSlots, PlainAndDraftingRowsRunThroughTheSchedulersSlots) {
     const std::string suffix = type == "draft-mtp" ? "+mtp2" : "+ngram2";
     for (size_t i = 0; i < rows.size(); i += 2) {
       const BenchRow &off = rows[i], &on = rows[i + 1];
-      EXPECT_EQ(off.test, "tg6@slots");
-      EXPECT_EQ(on.test, "tg6" + suffix);
+      EXPECT_EQ(off.test, "tg20@slots");
+      EXPECT_EQ(on.test, "tg20" + suffix);
       EXPECT_EQ(on.ref, off.test);
       EXPECT_EQ(off.conc, on.conc);
       for (const BenchRow* r : {&off, &on}) {
@@ -55,7 +55,7 @@ TEST(BenchSlots, PlainAndDraftingRowsRunThroughTheSchedulersSlots) {
         for (double ms : r->ms) EXPECT_GT(ms, 0.0);
         // Primed with d + 1 tokens and a warm-up round of each kind, then both kinds' rounds continue the
         // same sequences.
-        EXPECT_EQ(r->depth_end - r->depth, 2 * 2 * 6) << r->test;
+        EXPECT_EQ(r->depth_end - r->depth, 2 * 2 * 20) << r->test;
       }
       EXPECT_EQ(off.drafts.drafted_total(), 0u) << "the plain row drafted";
       if (type == "draft-mtp") EXPECT_GT(on.drafts.drafted_total(), 0u) << "the drafting row drafted nothing";

@@ -261,13 +261,13 @@ __global__ void __launch_bounds__(kSplitWarps * 32)
   split_rows<W, R, kXOnce>(g.w[i], 0, g.n[i], x, T, g.y[i], g.ks[i], g.e[i], blockIdx.x - g.first[i]);
 }
 
-// T ≤ TM rows of x against BF16 or FP8-family weights (gemv_row.cuh), R weight rows a warp: a product, or a
+// One row of x against BF16 or FP8-family weights (gemv_row.cuh), one weight row a warp: a product, or a
 // group of them in one grid.
-template <RowKind KD, int R, int TM>
+template <RowKind KD>
 __global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, int T,
-               float* __restrict__ y, int ks, Epilogue e) {
-  row_rows<KD, kSplitWarps, R, TM>(w, row0, n, x, y, ks, e, blockIdx.x, T);
+    gemv_row_k(DeviceWeight w, int64_t row0, int64_t n, const float* __restrict__ x, float* __restrict__ y,
+               int ks, Epilogue e) {
+  row_block<KD, kSplitWarps>(w, row0, n, x, y, ks, e, blockIdx.x);
 }
 
 // A group's products on the one-row kernel: both kinds in one grid (the MoE router group and the HC down +
@@ -277,18 +277,17 @@ struct RowGroupArgs {
   bool fp8[kGroupMax];
 };
 
-template <int R, int TM>
 __global__ void __launch_bounds__(kSplitWarps * 32)
-    gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x, int T) {
+    gemv_row_group_k(const __grid_constant__ RowGroupArgs a, const float* __restrict__ x) {
   const GroupArgs& g = a.g;
   int i = 0;
   while (i + 1 < g.count && blockIdx.x >= g.first[i + 1]) ++i;
   if (a.fp8[i])
-    row_rows<RowKind::Fp8, kSplitWarps, R, TM>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                               blockIdx.x - g.first[i], T);
+    row_block<RowKind::Fp8, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                         blockIdx.x - g.first[i]);
   else
-    row_rows<RowKind::Bf16, kSplitWarps, R, TM>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
-                                                blockIdx.x - g.first[i], T);
+    row_block<RowKind::Bf16, kSplitWarps>(g.w[i], 0, g.n[i], x, g.y[i], g.ks[i], g.e[i],
+                                          blockIdx.x - g.first[i]);
 }
 
 // Warps sharing a row group: split K until the grid has enough warps to cover the card, while every warp
@@ -374,109 +373,41 @@ std::atomic<bool>& row_slot(RowKind kind) {
   return kind == RowKind::Fp8 ? fp8 : bf16;
 }
 
-// The one-row kernel for 2-4 rows of x instead of the tensor-core GEMV (BLOOMERY_CUDA_GEMV_ROW_MULTI=1 at
-// start; off until measured).
-std::atomic<bool>& row_multi_slot() {
-  static std::atomic<bool> on{env_is("BLOOMERY_CUDA_GEMV_ROW_MULTI", "1")};
-  return on;
+// Split-K ways of the one-row kernel for n rows of w: ks_fixed when set (launch_split's override), else
+// row_split's choice.
+int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed) {
+  return ks_fixed ? ks_fixed : row_split(n, static_cast<int64_t>(w.cols / kRowChunk), kSplitWarps, kRowAhead);
 }
 
-// `rows` when `ok` holds for it, else a refusal naming `who` (a setter or a BLOOMERY_CUDA_* variable) and the
-// allowed counts: the weight-rows-per-warp knobs' one check.
-int checked_rows(int rows, bool ok, const char* who, const char* allowed) {
-  if (!ok)
-    BLOOMERY_CUDA_CHECK(cudaErrorInvalidValue, std::string(who) + " = " + std::to_string(rows) + ": needs " +
-                                                   allowed + " weight rows a warp");
-  return rows;
-}
-
-// The one-row kernel's weight rows per warp (1, 2 or 4; BLOOMERY_CUDA_GEMV_ROW_RPW at start, 1 unless set).
-std::atomic<int>& row_rows_slot() {
-  static std::atomic<int> v{[] {
-    const int r = static_cast<int>(env_int("BLOOMERY_CUDA_GEMV_ROW_RPW", 1, 1, 4, "E_CUDA_GEMV"));
-    return checked_rows(r, valid_row_rows(r), "BLOOMERY_CUDA_GEMV_ROW_RPW", "1, 2 or 4");
-  }()};
-  return v;
-}
-
-// Calls f(std::integral_constant<int, R>{}) for the one-row kernel's rows per warp now.
-template <typename F>
-void with_row_rows(F&& f) {
-  switch (row_rows_slot().load(std::memory_order_relaxed)) {
-    case 4:
-      return f(std::integral_constant<int, 4>{});
-    case 2:
-      return f(std::integral_constant<int, 2>{});
-    default:
-      return f(std::integral_constant<int, 1>{});
-  }
-}
-
-// Split-K ways of the one-row kernel for n rows of w, R rows a warp: ks_fixed when set (launch_split's
-// override), else row_split's choice.
-int row_ways(const DeviceWeight& w, int64_t n, int ks_fixed, int R) {
-  return ks_fixed ? ks_fixed
-                  : row_split((n + R - 1) / R, static_cast<int64_t>(w.cols / kRowChunk), kSplitWarps,
-                              row_ahead(R));
-}
-
-// One product on the one-row kernel, R weight rows a warp, T ≤ TM rows of x (ks_fixed as in launch_split).
-template <int R, int TM>
-void launch_row_rows(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T,
-                     float* y, cudaStream_t s, const Epilogue& e, int ks_fixed) {
-  const int ks = row_ways(w, n, ks_fixed, R);
-  const int64_t per_block = kSplitWarps / ks * R;
+// One product on the one-row kernel (ks_fixed as in launch_split).
+void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, float* y,
+                cudaStream_t s, const Epilogue& e, int ks_fixed) {
+  const int ks = row_ways(w, n, ks_fixed);
+  const int64_t per_block = kSplitWarps / ks;
   const unsigned blocks = static_cast<unsigned>((n + per_block - 1) / per_block);
   if (kind == RowKind::Fp8)
-    pdl_launch(gemv_row_k<RowKind::Fp8, R, TM>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+    pdl_launch(gemv_row_k<RowKind::Fp8>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
   else
-    pdl_launch(gemv_row_k<RowKind::Bf16, R, TM>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, T, y, ks, e);
+    pdl_launch(gemv_row_k<RowKind::Bf16>, blocks, kSplitWarps * 32, 0, s, w, row0, n, x, y, ks, e);
 }
 
-// One product on the one-row kernel for T rows of x (ks_fixed as in launch_split). Several rows take one
-// weight row a warp and the split-K ways one row would take, so each row of y has its one-row bits.
-void launch_row(RowKind kind, const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y,
-                cudaStream_t s, const Epilogue& e, int ks_fixed) {
-  if (T > 1) return launch_row_rows<1, kRowMultiMax>(kind, w, row0, n, x, T, y, s, e, ks_fixed);
-  with_row_rows([&](auto rows) {
-    launch_row_rows<decltype(rows)::value, 1>(kind, w, row0, n, x, T, y, s, e, ks_fixed);
-  });
-}
-
-// The one-row kernel's launch arguments for ps (either kind, in order) in launches of up to kGroupMax, R
-// weight rows a warp (ks_fixed as in launch_split): launch(args, blocks) for each.
-template <class Launch>
-void for_row_groups(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, int R, int ks_fixed,
-                    Launch&& launch) {
+// Products of one x (one row) on the one-row kernel (either kind, in order), in launches of up to kGroupMax
+// (ks_fixed as in launch_split).
+void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x,
+                      cudaStream_t s, int ks_fixed) {
   for (size_t at = 0; at < ps.size(); at += kGroupMax) {
     const size_t count = std::min<size_t>(kGroupMax, ps.size() - at);
     RowGroupArgs a{};
     unsigned blocks = 0;
     a.g = group_args(ps.subspan(at, count), blocks, [&](const GemvProduct& p) {
       const int64_t n = static_cast<int64_t>(p.w.rows);
-      return std::pair{(n + R - 1) / R, row_ways(p.w, n, ks_fixed, R)};  // R weight rows a warp group
+      return std::pair{n, row_ways(p.w, n, ks_fixed)};  // a warp group per weight row
     });
     for (size_t i = 0; i < count; ++i) a.fp8[i] = kinds[at + i] == RowKind::Fp8;
-    launch(a, blocks);
+    pdl_launch(gemv_row_group_k, blocks, kSplitWarps * 32, 0, s, a, x);
     BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv group of " + std::to_string(a.g.count) + " products, first W[" +
                                std::to_string(a.g.w[0].rows) + ", " + std::to_string(a.g.w[0].cols) + "]");
   }
-}
-
-// Products of one x (T rows) on the one-row kernel (either kind, in order), in launches of up to kGroupMax
-// (ks_fixed as in launch_split).
-void launch_row_group(std::span<const GemvProduct> ps, std::span<const RowKind> kinds, const float* x, int T,
-                      cudaStream_t s, int ks_fixed) {
-  if (T > 1)
-    return for_row_groups(ps, kinds, 1, ks_fixed, [&](const RowGroupArgs& a, unsigned blocks) {
-      pdl_launch(gemv_row_group_k<1, kRowMultiMax>, blocks, kSplitWarps * 32, 0, s, a, x, T);
-    });
-  with_row_rows([&](auto rows) {
-    constexpr int R = decltype(rows)::value;
-    for_row_groups(ps, kinds, R, ks_fixed, [&](const RowGroupArgs& a, unsigned blocks) {
-      pdl_launch(gemv_row_group_k<R, 1>, blocks, kSplitWarps * 32, 0, s, a, x, T);
-    });
-  });
 }
 
 int variant_from_env() {
@@ -500,34 +431,21 @@ struct SplitShape {
   int rows_per_warp, ks;  // ks 0: split_ways picks per product
 };
 
-// The split-K kernel's weight rows per warp at one row of x: 1 (more warps in flight) or 4 (each x float4
-// loaded once for four weight rows: the 2026-12-03 pipe profile found the one-row NVFP4 product bound by
-// its x traffic in L1). BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R at start, 1 unless set.
-std::atomic<int>& split_one_row_rows_slot() {
-  static std::atomic<int> v{[] {
-    const int r = static_cast<int>(env_int("BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R", 1, 1, 4, "E_CUDA_GEMV"));
-    return checked_rows(r, r == 1 || r == 4, "BLOOMERY_CUDA_GEMV_SPLIT_ONE_ROW_R", "1 or 4");
-  }()};
-  return v;
-}
-
-// The split-K kernel's launch shape for T rows of x: split_one_row_rows_slot's weight rows per warp for one
-// row of x, one for two rows (more warps in flight), four beyond (x traffic dominates), unless a test fixed
-// them.
+// The split-K kernel's launch shape for T rows of x: one weight row a warp for one or two rows of x (more
+// warps in flight; 4 at one row, each x float4 loaded once for the four, was measured slower or not better on
+// an H100, docs/performance.md), four beyond (x traffic dominates), unless a test fixed them.
 SplitShape split_shape(int T) {
   const int v = launch_override_slot().load(std::memory_order_relaxed);
   const int rows = v & 0xFF;
-  const int heuristic = T == 1 ? split_one_row_rows_slot().load(std::memory_order_relaxed) : (T <= 2 ? 1 : 4);
-  return {rows ? rows : heuristic, v >> 8};
+  return {rows ? rows : (T <= 2 ? 1 : 4), v >> 8};
 }
 
 // True when a product takes the one-row kernel (its kind in `kind`): switched on for the kind, one row of x
-// (or up to kRowMultiMax with row_multi_slot on), a format and K it reads, and no launch override naming the
-// split-K kernel's rows per warp (split-K ways alone apply to it).
+// (2-8 rows take the tensor-core GEMV by default, gemv_row.cuh says why), a format and K it reads, and no
+// launch override naming the split-K kernel's rows per warp (split-K ways alone apply to it).
 bool takes_row(const DeviceWeight& w, const float* x, int T, RowKind& kind) {
   const bool split_rows_fixed = (launch_override_slot().load(std::memory_order_relaxed) & 0xFF) != 0;
-  const bool rows_ok = T == 1 || (T <= kRowMultiMax && row_multi_slot().load(std::memory_order_relaxed));
-  return rows_ok && gemv_variant() == 2 && !split_rows_fixed && row_kind_of(w, x, kind) &&
+  return T == 1 && gemv_variant() == 2 && !split_rows_fixed && row_kind_of(w, x, kind) &&
          row_slot(kind).load(std::memory_order_relaxed);
 }
 
@@ -555,33 +473,6 @@ bool gemv_bf16_row() {
 
 void set_gemv_bf16_row(bool on) {
   row_slot(RowKind::Bf16).store(on, std::memory_order_relaxed);
-}
-
-int gemv_split_one_row_rows() {
-  return split_one_row_rows_slot().load(std::memory_order_relaxed);
-}
-
-void set_gemv_split_one_row_rows(int rows) {
-  split_one_row_rows_slot().store(
-      checked_rows(rows, rows == 1 || rows == 4, "set_gemv_split_one_row_rows", "1 or 4"),
-      std::memory_order_relaxed);
-}
-
-int gemv_row_rows() {
-  return row_rows_slot().load(std::memory_order_relaxed);
-}
-
-void set_gemv_row_rows(int rows) {
-  row_rows_slot().store(checked_rows(rows, valid_row_rows(rows), "set_gemv_row_rows", "1, 2 or 4"),
-                        std::memory_order_relaxed);
-}
-
-bool gemv_row_multi() {
-  return row_multi_slot().load(std::memory_order_relaxed);
-}
-
-void set_gemv_row_multi(bool on) {
-  row_multi_slot().store(on, std::memory_order_relaxed);
 }
 
 bool gemv_x_once() {
@@ -643,7 +534,7 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
     }
   }
   if (!tc.empty()) gemv_tc_group(tc, x, T, s);
-  if (!row.empty()) launch_row_group(row, kinds, x, T, s, shape.ks);
+  if (!row.empty()) launch_row_group(row, kinds, x, s, shape.ks);
   // One launch per weight width (the kernel is instantiated per width), in the products' order within it.
   for (Width W : {Width::F32, Width::Half, Width::Fp8, Width::Fp4}) {
     const std::vector<GemvProduct>& same = by_width[static_cast<int>(W)];
@@ -660,8 +551,8 @@ void gemv_group(std::span<const GemvProduct> ps, const float* x, int T, cudaStre
 void gemv(const DeviceWeight& w, int64_t row0, int64_t n, const float* x, int T, float* y, cudaStream_t s,
           const Epilogue& e) {
   if (n == 0 || T == 0) return;
-  if (RowKind kind; takes_row(w, x, T, kind)) {  // one row (or a few) of BF16 or FP8-family weights
-    launch_row(kind, w, row0, n, x, T, y, s, e, split_shape(T).ks);
+  if (RowKind kind; takes_row(w, x, T, kind)) {  // one row of BF16 or FP8-family weights
+    launch_row(kind, w, row0, n, x, y, s, e, split_shape(T).ks);
     BLOOMERY_CUDA_CHECK_LAUNCH("one-row gemv " + std::string(format_name(w.format)) + " W[" +
                                std::to_string(w.rows) + ", " + std::to_string(w.cols) + "] rows " +
                                std::to_string(row0) + "+" + std::to_string(n) + " x[" + std::to_string(T) +

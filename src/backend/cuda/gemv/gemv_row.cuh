@@ -25,23 +25,8 @@ namespace bloomery::cuda {
 
 constexpr int kRowChunk = 128;  // k elements a warp reads with one load (32 lanes × 4)
 
-// Rows of x the kernel takes at most: 1, or kRowMultiMax (a verify's or a few slots' rows, T ≤ 4), where each
-// row of x is read against the same weight loads with that row's own terms, order and reduction, so every row
-// of y has the bits the one-row kernel gives it alone (decode and verify rows agree bit for bit).
-constexpr int kRowMultiMax = 4;
-
-// Weight rows one warp reads against the same loads of x: 1, 2 or 4. With R rows a lane's float4 of x serves
-// R weight words, so the x traffic per weight byte (4 bytes of x per FP8 element at R = 1, which costs an
-// MXFP8 product what a BF16 one costs per element) drops R-fold. Each row's terms, order and reduction do not
-// depend on R: the bits are R = 1's under the same split-K ways.
-constexpr bool valid_row_rows(int r) {
-  return r == 1 || r == 2 || r == 4;
-}
-// Chunks a lane loads before using any, per row: 8 (32 bytes of FP8, 64 of BF16, in flight) up to two rows,
-// 4 at four rows (the registers of 4 × 8 chunks would cost resident warps).
-constexpr int row_ahead(int rows) {
-  return rows <= 2 ? 8 : 4;
-}
+// Chunks a lane loads before using any: 8 (32 bytes of FP8, 64 of BF16, in flight).
+constexpr int kRowAhead = 8;
 
 // The element kinds the one-row kernel reads.
 enum class RowKind { Bf16, Fp8 };
@@ -93,105 +78,44 @@ __device__ __forceinline__ float row_add(float acc, float p, const RowScale& sc,
     return acc + p;
 }
 
-// row_rows for one weight row a warp and T ≤ kRowMultiMax rows of x: the weight chunks come through `load`
-// (q, sr: the row's A chunks ahead), each row of x keeps its own accumulator with the one-row kernel's terms
-// and order, and the split-K partials are reduced in warp order per row.
-template <RowKind KD, int kWarpsPerBlock, int A, class Bits, class Load>
-__device__ __forceinline__ void row_rows_multi(Bits (&q)[A], uint32_t (&sr)[A], const RowScale& sc,
-                                               Load&& load, const float4* xv, int chunks, int wk, int ks,
-                                               bool active, int rows_here, int64_t r_first, int64_t n,
-                                               float* __restrict__ y, const Epilogue& e, float* part, int T,
-                                               uint32_t K) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t x_row = K / 4;  // float4s from one row of x to the next
-  float acc[kRowMultiMax];
-#pragma unroll
-  for (int t = 0; t < kRowMultiMax; ++t) acc[t] = 0.0f;
-  for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
-    if (j0 != wk) load(j0);
-#pragma unroll
-    for (int i = 0; i < A; ++i) {
-      const int j = j0 + i * ks;
-      if (j >= chunks) break;
-      float4 xq[kRowMultiMax];
-#pragma unroll
-      for (int t = 0; t < kRowMultiMax; ++t)
-        if (t < T) xq[t] = __ldg(xv + t * x_row + j * 32);
-#pragma unroll
-      for (int t = 0; t < kRowMultiMax; ++t) {
-        if (t >= T) break;
-        acc[t] = row_add<KD>(acc[t], row_quad<KD>(q[i], xq[t]), sc, sr[i]);
-      }
-    }
-  }
-  float s[kRowMultiMax];
-#pragma unroll
-  for (int t = 0; t < kRowMultiMax; ++t) s[t] = t < T ? warp_reduce_sum(acc[t]) : 0.0f;
-  if (ks == 1) {
-    if (lane == 0 && rows_here > 0)
-#pragma unroll
-      for (int t = 0; t < kRowMultiMax; ++t)
-        if (t < T) store_product(e, t, y + t * n + r_first, s[t]);
-    return;
-  }
-  if (lane == 0)
-#pragma unroll
-    for (int t = 0; t < kRowMultiMax; ++t) part[warp * kRowMultiMax + t] = s[t];
-  __syncthreads();
-  const int group = warp / ks;
-  if (wk != 0 || lane >= T || rows_here == 0) return;
-  float sum = 0.0f;  // lane t sums row t's partials in warp order
-  for (int i = 0; i < ks; ++i) sum += part[(group * ks + i) * kRowMultiMax + lane];
-  store_product(e, lane, y + lane * n + r_first, sum);
-}
-
-// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for T ≤ TM rows of x (x [T, K], y [T, n]): ks warps
-// share a group of R weight rows, warp wk taking chunks wk, wk + ks, …; their partial sums are added in warp
-// order (fixed, so the bits repeat). `block` is the block's index within this product (a grouped launch runs
-// several products in one grid). TM = 1 holds a batch of x in registers; TM > 1 reads each row's float4 of x
-// at use (L1-resident), since A chunks × TM rows of it would not fit the registers.
-template <RowKind KD, int kWarpsPerBlock, int R, int TM = 1>
-__device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, int64_t n,
-                                         const float* __restrict__ x, float* __restrict__ y, int ks,
-                                         const Epilogue& e, int64_t block, int T = 1) {
-  static_assert(valid_row_rows(R));
-  static_assert(TM == 1 || (TM == kRowMultiMax && R == 1), "several rows of x: one weight row a warp");
-  constexpr int A = row_ahead(R);
+// One block's rows of y = e(x · W[row0 : row0 + n]ᵀ) for one row of x (x [1, K], y [1, n]): ks warps share
+// a weight row, warp wk taking chunks wk, wk + ks, …; their partial sums are added in warp order (fixed, so
+// the bits repeat). `block` is the block's index within this product (a grouped launch runs several products
+// in one grid).
+// Why one weight row a warp and one row of x: 2 or 4 weight rows a warp against one load of x, and 2-4 rows
+// of x against the same weight loads, were built and measured slower or not better on an H100
+// (docs/performance.md); 2-8 rows of x take the tensor-core GEMV by default (gemv_tc.cu).
+template <RowKind KD, int kWarpsPerBlock>
+__device__ __forceinline__ void row_block(const DeviceWeight& w, int64_t row0, int64_t n,
+                                          const float* __restrict__ x, float* __restrict__ y, int ks,
+                                          const Epilogue& e, int64_t block) {
+  constexpr int A = kRowAhead;
   constexpr bool kFp8 = KD == RowKind::Fp8;
   using Bits = std::conditional_t<kFp8, uint32_t, uint2>;  // a lane's 4 elements of a chunk
-  __shared__ float part[kWarpsPerBlock * R * TM];
+  __shared__ float part[kWarpsPerBlock];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int group = warp / ks, wk = warp % ks;
-  const int64_t r_first = (block * (kWarpsPerBlock / ks) + group) * R;
-  const bool active = r_first < n;
-  const int rows_here = active ? static_cast<int>(n - r_first < R ? n - r_first : R) : 0;
+  const int64_t r = block * (kWarpsPerBlock / ks) + group;  // the warp's row of this product
+  const bool active = r < n;
   const int chunks = static_cast<int>(w.cols / kRowChunk);
   constexpr int64_t kElemBytes = kFp8 ? 1 : 2;
-  // Rows past the product read row 0's address and load nothing; their sums are never stored.
-  const Bits* wq[R];
-  RowScale sc[R];
-#pragma unroll
-  for (int rr = 0; rr < R; ++rr) {
-    const int64_t row = rr < rows_here ? row0 + r_first + rr : 0;
-    wq[rr] =
-        reinterpret_cast<const Bits*>(static_cast<const uint8_t*>(w.data) + row * w.cols * kElemBytes) + lane;
-    sc[rr] = RowScale{};
-    if constexpr (kFp8)
-      if (rr < rows_here) sc[rr] = RowScale::of(w, row);
-  }
+  // A warp past the product reads row 0's address and loads nothing; its sum is never stored.
+  const int64_t row = active ? row0 + r : 0;
+  const Bits* wq =
+      reinterpret_cast<const Bits*>(static_cast<const uint8_t*>(w.data) + row * w.cols * kElemBytes) + lane;
+  RowScale sc{};
+  if constexpr (kFp8)
+    if (active) sc = RowScale::of(w, row);
   const int sub = lane >> 3;  // the lane's 32-element scale chunk within a 128-element chunk
-  Bits q[R][A];
-  uint32_t sr[R][A];
+  Bits q[A];
+  uint32_t sr[A];
   const auto load = [&](int j0) {
 #pragma unroll
     for (int i = 0; i < A; ++i) {
       const int j = j0 + i * ks;
-#pragma unroll
-      for (int rr = 0; rr < R; ++rr) {
-        const bool in = rr < rows_here && j < chunks;
-        q[rr][i] = in ? __ldg(wq[rr] + j * 32) : Bits{};
-        if constexpr (kFp8) sr[rr][i] = in ? sc[rr].raw(4 * j + sub) : 0u;
-      }
+      const bool in = active && j < chunks;
+      q[i] = in ? __ldg(wq + j * 32) : Bits{};
+      if constexpr (kFp8) sr[i] = in ? sc.raw(4 * j + sub) : 0u;
     }
   };
   // The first batch is read before waiting for the previous kernel (weights never change), so that read
@@ -200,52 +124,32 @@ __device__ __forceinline__ void row_rows(const DeviceWeight& w, int64_t row0, in
   pdl_wait();
   pdl_launch_dependents();
   const float4* xv = reinterpret_cast<const float4*>(x) + lane;
-  if constexpr (TM > 1) {
-    row_rows_multi<KD, kWarpsPerBlock, A>(q[0], sr[0], sc[0], load, xv, chunks, wk, ks, active, rows_here,
-                                          r_first, n, y, e, part, T, w.cols);
-  } else {
-    float acc[R];
+  float acc = 0.0f;
+  for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
+    if (j0 != wk) load(j0);
+    float4 xs[A];
 #pragma unroll
-    for (int rr = 0; rr < R; ++rr) acc[rr] = 0.0f;
-    for (int j0 = wk; active && j0 < chunks; j0 += ks * A) {
-      if (j0 != wk) load(j0);
-      float4 xs[A];
-#pragma unroll
-      for (int i = 0; i < A; ++i) {
-        const int j = j0 + i * ks;
-        xs[i] = j < chunks ? __ldg(xv + j * 32) : make_float4(0.f, 0.f, 0.f, 0.f);
-      }
-#pragma unroll
-      for (int i = 0; i < A; ++i) {
-        if (j0 + i * ks >= chunks) break;
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr)
-          acc[rr] = row_add<KD>(acc[rr], row_quad<KD>(q[rr][i], xs[i]), sc[rr], sr[rr][i]);
-      }
+    for (int i = 0; i < A; ++i) {
+      const int j = j0 + i * ks;
+      xs[i] = j < chunks ? __ldg(xv + j * 32) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    float s[R];
 #pragma unroll
-    for (int rr = 0; rr < R; ++rr) s[rr] = warp_reduce_sum(acc[rr]);
-    if (ks == 1) {
-      if (lane == 0)
-#pragma unroll
-        for (int rr = 0; rr < R; ++rr)
-          if (rr < rows_here) store_product(e, 0, y + r_first + rr, s[rr]);
-      return;
-    }
-    if (lane == 0)
-#pragma unroll
-      for (int rr = 0; rr < R; ++rr) part[warp * R + rr] = s[rr];
-    __syncthreads();
-    if (wk != 0 || lane != 0) return;
-#pragma unroll
-    for (int rr = 0; rr < R; ++rr) {
-      if (rr >= rows_here) break;
-      float sum = 0.0f;
-      for (int i = 0; i < ks; ++i) sum += part[(group * ks + i) * R + rr];
-      store_product(e, 0, y + r_first + rr, sum);
+    for (int i = 0; i < A; ++i) {
+      if (j0 + i * ks >= chunks) break;
+      acc = row_add<KD>(acc, row_quad<KD>(q[i], xs[i]), sc, sr[i]);
     }
   }
+  const float s = warp_reduce_sum(acc);
+  if (ks == 1) {
+    if (lane == 0 && active) store_product(e, 0, y + r, s);
+    return;
+  }
+  if (lane == 0) part[warp] = s;
+  __syncthreads();
+  if (wk != 0 || lane != 0 || !active) return;
+  float sum = 0.0f;
+  for (int i = 0; i < ks; ++i) sum += part[group * ks + i];
+  store_product(e, 0, y + r, sum);
 }
 
 }  // namespace bloomery::cuda
