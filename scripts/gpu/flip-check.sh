@@ -6,7 +6,7 @@
 #   2. issue 13's adaptive width on the card, bench's slot rows with the fixed draft-row cost (0.25 of a step)
 #      and with the measured one (BLOOMERY_SPEC_MEASURED_COST=1): the trained FP4-Local qwen4_exp at K = 1 and
 #      3 (held-out text), then the full-size synthetic (drafts rejected) at C = 1 and 16;
-#   3. issue 12: an Nsight Compute per-kernel profile of a C = 16 decode step (nvidia layout).
+#   3. issue 12: Nsight Compute per-kernel profiles of a C = 16 and a C = 1 decode step (nvidia layout).
 # Carry .devcarry-all with the lean tree on. Command: bash scripts/gpu/flip-check.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -45,13 +45,14 @@ for m in 0 1; do
 done
 
 NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null | head -1)
-if [ -n "$NCU" ] && fits 160 "C = 16 profile"; then
+for c in 16 1; do
+  [ -n "$NCU" ] && fits 160 "C = $c profile" || continue
   timeout 150 $NCU --profile-from-start off --graph-profiling node --clock-control none --csv --print-units base \
     --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,launch__grid_size,launch__registers_per_thread \
-    $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp "${cut[@]}" -p 0 -n 2 -d 4096 -c 16 -r 1 --profile-tg \
-    > $out/nvidia-c16.csv 2> $out/nvidia-c16-run.txt
-  echo "ncu c16 rc=$? at $((SECONDS - start)) s"; tail -2 $out/nvidia-c16-run.txt
-  python3 scripts/gpu/ncu-sum.py $out/nvidia-c16.csv 2 > $out/nvidia-c16-sum.txt 2>&1; head -40 $out/nvidia-c16-sum.txt
+    $B/bin/bloomery bench --backend cuda --synthetic qwen4_exp "${cut[@]}" -p 0 -n 2 -d 4096 -c $c -r 1 --profile-tg \
+    > $out/nvidia-c$c.csv 2> $out/nvidia-c$c-run.txt
+  echo "ncu c$c rc=$? at $((SECONDS - start)) s"; tail -2 $out/nvidia-c$c-run.txt
+  python3 scripts/gpu/ncu-sum.py $out/nvidia-c$c.csv 2 > $out/nvidia-c$c-sum.txt 2>&1; head -40 $out/nvidia-c$c-sum.txt
   pack
-fi
+done
 find $out -mindepth 1 -not -name all.tgz -delete
