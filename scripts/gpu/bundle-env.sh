@@ -57,3 +57,7 @@ ab_processes() {
     done
   done | tee $out/$log
 }
+# A call's time budget: BUDGET seconds (default $1) from now. `fits S WHAT` is false, and says so, for a step of
+# up to S seconds that could end past it.
+start_budget() { start=$SECONDS; budget=${BUDGET:-$1}; }
+fits() { [ $((SECONDS - start + $1)) -le $budget ] || { echo "skipped (${2}): would pass ${budget} s"; false; }; }

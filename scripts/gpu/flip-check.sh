@@ -12,9 +12,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
 set_model_cut
-start=$SECONDS
-budget=${BUDGET:-430}
-fits() { [ $((SECONDS - start + $1)) -le $budget ] || { echo "skipped (${2}): would pass ${budget} s"; false; }; }
+start_budget 430
 
 timeout 120 $B/bin/test_gpu --gtest_brief=1 --gtest_filter='CudaLinear.*:GemmTc*:GroupedGemm*:CudaMoe*:*GoldenCuda*:-*Timings*:*Timing*:*Bandwidth*:*Throughput*:*Crossover*:*Sweep*' \
   > $out/gpu-tests.txt 2>&1

@@ -14,9 +14,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.."
 source scripts/gpu/bundle-env.sh
 set_model_cut
-start=$SECONDS
-budget=${BUDGET:-500}
-fits() { [ $((SECONDS - start + $1)) -le $budget ] || { echo "skipped (${2}): would pass ${budget} s"; false; }; }
+start_budget 500
 
 BLOOMERY_SPEC_BACKEND=cuda timeout 120 $B/bin/test_runtime --gtest_brief=1 \
   --gtest_filter='*MtpAcceptance*:*CatchUp*:*Deferred*:*PlainRows*' > $out/spec-tests.txt 2>&1
